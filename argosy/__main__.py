@@ -1,0 +1,5 @@
+import sys
+
+from argosy.cli import main
+
+sys.exit(main())

@@ -1,0 +1,115 @@
+"""Paged attention over a flattened batch, in pure PyTorch: the CPU path and the
+reference the Triton kernels must match.
+
+A step's query tokens are flattened into one [tokens, heads, head_dim] tensor, decodes and
+prefill chunks of many sequences side by side, with no padding of the batch. Each sequence's
+keys live in the paged cache, reached through its block table. Attention runs in *tiles*: a
+tile is up to `tile_size` consecutive query tokens of one sequence together with the cache
+slots of every key they may see. Decodes are tiles of one query; a prefill chunk is split
+into tiles of up to 64. Tiles of a kind are batched into one matmul, so there is no Python
+loop over sequences or layers; the tile plan is built once per step and reused by every layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PREFILL_TILE = 64
+
+
+@dataclass
+class AttentionTiles:
+    q_index: torch.Tensor  # [tiles, tile_size] flat token index of each query row (0 on padding)
+    row_valid: torch.Tensor  # [tiles, tile_size] which query rows are real tokens
+    kv_slots: torch.Tensor  # [tiles, max_keys] cache slot of each key a tile may see
+    mask: torch.Tensor  # [tiles, tile_size, max_keys] causal visibility of key j to row i
+
+
+@dataclass
+class AttentionMetadata:
+    """What one step's attention needs; built once per step by the model runner."""
+
+    slot_mapping: torch.Tensor  # [tokens] cache slot where each new token's K/V is written
+    query_start_loc: torch.Tensor  # [seqs + 1] start of each sequence's tokens in the batch
+    seq_lens: torch.Tensor  # [seqs] tokens in the cache for each sequence after this step
+    block_tables: torch.Tensor  # [seqs, max_blocks] block ids, padded with 0
+    block_size: int
+    tiles: list[AttentionTiles]
+
+
+def build_metadata(slot_mapping: torch.Tensor, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
+                   block_tables: torch.Tensor, block_size: int) -> AttentionMetadata:
+    q_lens = query_start_loc[1:] - query_start_loc[:-1]
+    tiles = []
+    for group in (q_lens == 1, q_lens > 1):  # decodes, then prefill chunks
+        idx = group.nonzero().flatten()
+        if idx.numel():
+            tile_size = 1 if q_lens[idx[0]] == 1 else min(PREFILL_TILE, _next_pow2(int(q_lens[idx].max())))
+            tiles.append(_plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx],
+                                     block_tables[idx], block_size, tile_size))
+    return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles)
+
+
+def _plan_tiles(q_start: torch.Tensor, q_lens: torch.Tensor, seq_lens: torch.Tensor,
+                block_tables: torch.Tensor, block_size: int, tile_size: int) -> AttentionTiles:
+    device = q_start.device
+    n_tiles = (q_lens + tile_size - 1) // tile_size
+    tile_seq = torch.repeat_interleave(torch.arange(len(q_lens), device=device), n_tiles)
+    first_tile = torch.repeat_interleave(torch.cumsum(n_tiles, 0) - n_tiles, n_tiles)
+    tile_no = torch.arange(len(tile_seq), device=device) - first_tile
+    row = tile_no[:, None] * tile_size + torch.arange(tile_size, device=device)[None, :]
+    row_valid = row < q_lens[tile_seq][:, None]
+    q_index = torch.where(row_valid, q_start[tile_seq][:, None] + row, 0)
+    q_pos = (seq_lens - q_lens)[tile_seq][:, None] + row
+    n_keys = torch.minimum(q_pos[:, -1] + 1, seq_lens[tile_seq])
+    keys = torch.arange(int(n_keys.max()), device=device)
+    kv_slots = block_tables[tile_seq][:, keys // block_size] * block_size + keys % block_size
+    mask = (keys[None, None, :] <= q_pos[:, :, None]) & row_valid[:, :, None]
+    mask[:, :, 0] |= ~row_valid  # padding rows see one key, so their softmax is not NaN
+    return AttentionTiles(q_index, row_valid, kv_slots, mask)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """q: [tokens, heads, head_dim]; caches: [blocks, block_size, kv_heads, head_dim].
+    Returns [tokens, heads * head_dim]. The new tokens' K/V must already be in the cache."""
+    num_tokens, num_heads, head_dim = q.shape
+    out = q.new_empty(num_tokens, num_heads * head_dim)
+    k_flat = k_cache.flatten(0, 1)
+    v_flat = v_cache.flatten(0, 1)
+    for tiles in meta.tiles:
+        o = _attend_tiles(q, k_flat, v_flat, tiles, scale)
+        out[tiles.q_index[tiles.row_valid]] = o[tiles.row_valid.flatten()]
+    return out
+
+
+def _attend_tiles(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor,
+                  tiles: AttentionTiles, scale: float) -> torch.Tensor:
+    n, tile_size = tiles.q_index.shape
+    n_keys = tiles.kv_slots.shape[1]
+    _, num_heads, head_dim = q.shape
+    kv_heads = k_flat.shape[1]
+    group = num_heads // kv_heads
+    # Queries sharing a KV head are stacked as rows, so K and V are never repeated (GQA).
+    qt = q[tiles.q_index].view(n, tile_size, kv_heads, group, head_dim)
+    qt = qt.permute(0, 2, 3, 1, 4).reshape(n, kv_heads, group * tile_size, head_dim)
+    slots = tiles.kv_slots.flatten()
+    k = k_flat.index_select(0, slots).view(n, n_keys, kv_heads, head_dim).transpose(1, 2)
+    v = v_flat.index_select(0, slots).view(n, n_keys, kv_heads, head_dim).transpose(1, 2)
+    if tile_size == 1:
+        scores = torch.matmul(qt, k.transpose(-1, -2)).float() * scale
+        scores = scores.view(n, kv_heads, group, tile_size, n_keys)
+        scores.masked_fill_(~tiles.mask[:, None, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1).to(q.dtype).view(n, kv_heads, group * tile_size, n_keys)
+        o = torch.matmul(probs, v)
+    else:
+        mask = tiles.mask[:, None, None].expand(n, 1, group, tile_size, n_keys)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            qt, k, v, attn_mask=mask.reshape(n, 1, group * tile_size, n_keys), scale=scale)
+    o = o.view(n, kv_heads, group, tile_size, head_dim).permute(0, 3, 1, 2, 4)
+    return o.reshape(n * tile_size, num_heads * head_dim)

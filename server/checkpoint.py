@@ -1,0 +1,48 @@
+"""Reading a checkpoint folder in Hugging Face layout: safetensors shards, memory-mapped.
+Nothing here ever touches the network."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from argosy.server.errors import CheckpointError
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def find_shards(folder: str | Path) -> list[Path]:
+    """The checkpoint's shard files: those the index names, or every *.safetensors file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(folder, "checkpoint folder not found")
+    index = folder / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CheckpointError(index, f"not a valid safetensors index ({exc})") from exc
+        shards = [folder / name for name in sorted(set(weight_map.values()))]
+        for shard in shards:
+            if not shard.is_file():
+                raise CheckpointError(shard, f"shard listed in {INDEX_FILE} not found")
+        return shards
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        raise CheckpointError(folder, "no *.safetensors weights found")
+    return shards
+
+
+def iter_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yields (name, tensor) for every tensor of every shard; tensors are views of the
+    memory-mapped file until the caller copies them."""
+    for shard in find_shards(folder):
+        try:
+            with safe_open(str(shard), framework="pt") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        except (SafetensorError, OSError, RuntimeError) as exc:
+            raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc

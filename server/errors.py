@@ -1,0 +1,29 @@
+"""Exceptions the engine raises. Each names the offending value so that the HTTP layer
+can turn it into an OpenAI-style error body without guessing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ArgosyError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class CheckpointError(ArgosyError):
+    """A checkpoint folder is missing a file, holds a corrupt one, or cannot be served."""
+
+    def __init__(self, path: str | Path, message: str):
+        self.path = str(path)
+        super().__init__(f"{self.path}: {message}")
+
+
+class UnsupportedModelError(CheckpointError):
+    """The checkpoint's architecture or one of its settings is not implemented."""
+
+
+class InvalidRequestError(ArgosyError, ValueError):
+    """A request or a sampling parameter is out of range; `param` names the field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        self.param = param
+        super().__init__(message)

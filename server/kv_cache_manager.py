@@ -1,0 +1,116 @@
+"""KVCacheManager: gives each sequence the blocks its tokens need, through the BlockPool.
+
+It finds a new sequence's longest cached prefix, takes blocks on demand as tokens arrive,
+copies a shared block before a sequence writes into it (copy-on-write), registers blocks
+in the prefix cache as they fill, and returns every block when a sequence leaves."""
+from __future__ import annotations
+
+import hashlib
+from array import array
+
+from argosy.server.block_pool import BlockPool
+from argosy.server.sequence import Sequence
+
+
+def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:
+    """Content hash of a full block, chained with its prefix's hash, so equal hashes mean
+    equal token histories, not just equal blocks."""
+    digest = hashlib.sha256(parent or b"")
+    digest.update(array("q", token_ids).tobytes())
+    return digest.digest()
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool):
+        self.block_size = block_size
+        self.pool = BlockPool(num_blocks, enable_prefix_caching)
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
+        self.prefix_cache_queries = 0  # tokens looked up
+        self.prefix_cache_hits = 0  # tokens found
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.pool.num_blocks - self.pool.num_free
+
+    def cached_prefix(self, seq: Sequence) -> list[int]:
+        """Blocks already holding the sequence's leading full blocks. At least one token is
+        always left to compute, since its logits are needed."""
+        if not self.enable_prefix_caching:
+            return []
+        self._extend_hashes(seq, seq.num_tokens)
+        hits = []
+        for block_hash in seq.block_hashes[: (seq.num_tokens - 1) // self.block_size]:
+            block_id = self.pool.lookup(block_hash)
+            if block_id is None:
+                break
+            hits.append(block_id)
+        return hits
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int, num_cached_blocks: int = 0) -> int:
+        table_len = max(len(seq.block_table), num_cached_blocks)
+        computed = max(seq.num_computed_tokens, num_cached_blocks * self.block_size)
+        needed = -(-(computed + num_new_tokens) // self.block_size) - table_len
+        return needed + int(self._must_copy_last_block(seq))
+
+    def allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int] | None = None) -> bool:
+        """Makes room for the next `num_new_tokens` tokens of `seq`, first adopting
+        `cached_blocks` (a prefix hit for a sequence with no blocks yet). Returns False,
+        changing nothing, when too few blocks are free."""
+        cached_blocks = cached_blocks or []
+        if self.blocks_needed(seq, num_new_tokens, len(cached_blocks)) > self._available(cached_blocks):
+            return False
+        if cached_blocks:
+            self.pool.share(cached_blocks)
+            seq.block_table = list(cached_blocks)
+            seq.num_computed_tokens = len(cached_blocks) * self.block_size
+        if self._must_copy_last_block(seq):
+            src = seq.block_table[-1]
+            (dst,) = self.pool.allocate(1)
+            self.pool.release([src])
+            seq.block_table[-1] = dst
+            self.pending_copies.append((src, dst))
+        total = seq.num_computed_tokens + num_new_tokens
+        missing = -(-total // self.block_size) - len(seq.block_table)
+        if missing > 0:
+            seq.block_table.extend(self.pool.allocate(missing))
+        return True
+
+    def count_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
+        self.prefix_cache_queries += num_tokens
+        self.prefix_cache_hits += num_hit_tokens
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Registers every block whose tokens have all been computed."""
+        if not self.enable_prefix_caching:
+            return
+        num_full = seq.num_computed_tokens // self.block_size
+        self._extend_hashes(seq, num_full * self.block_size)
+        for i in range(num_full):
+            block = self.pool.blocks[seq.block_table[i]]
+            if block.block_hash is None:
+                self.pool.register(block.block_id, seq.block_hashes[i])
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        child.block_table = list(parent.block_table)
+        self.pool.share(child.block_table)
+
+    def free(self, seq: Sequence) -> None:
+        self.pool.release(list(reversed(seq.block_table)))
+        seq.block_table = []
+
+    def _available(self, cached_blocks: list[int]) -> int:
+        # Cached blocks sitting in the free list are about to be taken by this sequence.
+        reclaimed = sum(1 for b in cached_blocks if self.pool.ref_count(b) == 0)
+        return self.pool.num_free - reclaimed
+
+    def _must_copy_last_block(self, seq: Sequence) -> bool:
+        """The next token goes into a partly filled block that other sequences share."""
+        return (seq.num_computed_tokens % self.block_size != 0 and bool(seq.block_table)
+                and self.pool.ref_count(seq.block_table[-1]) > 1)
+
+    def _extend_hashes(self, seq: Sequence, num_tokens: int) -> None:
+        bs = self.block_size
+        for i in range(len(seq.block_hashes), num_tokens // bs):
+            parent = seq.block_hashes[i - 1] if i else None
+            seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs:(i + 1) * bs]))

@@ -1,0 +1,75 @@
+"""LLM: the offline API. Queue every prompt, step the engine until all are done, return the
+outputs in prompt order."""
+from __future__ import annotations
+
+from typing import Any
+
+from argosy.server.config import EngineConfig
+from argosy.server.engine import EngineStats, LLMEngine
+from argosy.server.errors import InvalidRequestError
+from argosy.server.outputs import RequestOutput
+from argosy.server.sampling_params import SamplingParams
+
+PromptInput = str | dict[str, Any]
+Conversation = list[dict[str, Any]]
+
+
+class LLM:
+    def __init__(self, model: str | None = None, **kwargs: Any):
+        self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
+        self._next_id = 0
+
+    def get_tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(self, prompts: PromptInput | list[PromptInput],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        if isinstance(params, list):
+            if len(params) != len(prompts):
+                raise InvalidRequestError(f"got {len(params)} SamplingParams for {len(prompts)} prompts",
+                                          param="sampling_params")
+        else:
+            params = [params] * len(prompts)
+        return self._run([_prompt_of(p) for p in prompts], params)
+
+    def chat(self, messages: Conversation | list[Conversation], sampling_params: SamplingParams | None = None,
+             add_generation_prompt: bool = True, chat_template: str | None = None) -> list[RequestOutput]:
+        conversations = messages if messages and isinstance(messages[0], list) else [messages]
+        tokenizer = self.engine.tokenizer
+        prompts = [tokenizer.encode(tokenizer.apply_chat_template(c, add_generation_prompt, chat_template),
+                                    add_special_tokens=False) for c in conversations]
+        return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts))
+
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
+
+    def _run(self, prompts: list[str | list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+        ids = []
+        try:
+            for prompt, p in zip(prompts, params):
+                ids.append(str(self._next_id))
+                self._next_id += 1
+                self.engine.add_request(ids[-1], prompt, p)
+        except Exception:
+            for request_id in ids:  # an invalid prompt leaves nothing of the batch behind
+                self.engine.abort(request_id)
+            raise
+        finished: dict[str, RequestOutput] = {}
+        while len(finished) < len(ids):
+            for output in self.engine.step():
+                if output.finished:
+                    finished[output.request_id] = output
+        return [finished[i] for i in ids]
+
+
+def _prompt_of(prompt: PromptInput) -> str | list[int]:
+    if isinstance(prompt, str):
+        return prompt
+    if "prompt_token_ids" in prompt:
+        return list(prompt["prompt_token_ids"])
+    if "prompt" in prompt:
+        return prompt["prompt"]
+    raise InvalidRequestError("a prompt dict needs 'prompt' or 'prompt_token_ids'", param="prompt")

@@ -1,0 +1,1 @@
+"""The decoder-only transformer shared by every supported architecture."""

@@ -1,0 +1,89 @@
+"""Building the model and filling it from a checkpoint's tensors.
+
+Checkpoint names follow Hugging Face; our model fuses q/k/v and gate/up into single matmuls,
+so each checkpoint tensor lands in a slice of one of our parameters."""
+from __future__ import annotations
+
+import contextlib
+import re
+
+import torch
+
+from argosy.server.checkpoint import iter_tensors
+from argosy.server.errors import CheckpointError
+from argosy.server.model_config import ModelConfig
+from argosy.server.models.decoder import CausalLM
+from argosy.server.models.layers import RotaryEmbedding
+
+_FUSED = {
+    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+}
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+
+
+def load_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int) -> CausalLM:
+    with torch.device("meta"), _default_dtype(dtype):
+        model = CausalLM(cfg, max_position)
+    model.to_empty(device=device)
+    # Buffers do not survive to_empty; the rotary tables are recomputed on the device.
+    model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope).to(device)
+    params = dict(model.named_parameters())
+    loaded: set[tuple[str, int]] = set()
+    for name, tensor in iter_tensors(cfg.path):
+        if _IGNORED.match(name) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
+            continue
+        target, part = _target(name, cfg)
+        if target not in params:
+            raise CheckpointError(cfg.path, f"unexpected tensor {name!r} for {cfg.architecture}")
+        dest = _slice(params[target], part, cfg, target)
+        if dest.shape != tensor.shape:
+            raise CheckpointError(cfg.path, f"tensor {name!r} has shape {list(tensor.shape)}, "
+                                            f"expected {list(dest.shape)}")
+        with torch.no_grad():
+            dest.copy_(tensor)
+        loaded.add((target, part))
+    missing = [name for name in params if not _fully_loaded(name, loaded)]
+    if missing:
+        raise CheckpointError(cfg.path, f"missing tensors for: {', '.join(missing[:5])}"
+                                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+    return model.eval()
+
+
+def _target(name: str, cfg: ModelConfig) -> tuple[str, int]:
+    name = name.removeprefix("model.")
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part in _FUSED:
+            fused, index = _FUSED[part]
+            return ".".join(parts[:i] + [fused] + parts[i + 1:]), index
+    return name, -1
+
+
+def _slice(param: torch.Tensor, part: int, cfg: ModelConfig, target: str) -> torch.Tensor:
+    if part < 0:
+        return param.data
+    if ".qkv_proj." in target:
+        q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        start, size = [(0, q), (q, kv), (q + kv, kv)][part]
+    else:
+        start, size = part * cfg.intermediate_size, cfg.intermediate_size
+    return param.data.narrow(0, start, size)
+
+
+def _fully_loaded(name: str, loaded: set[tuple[str, int]]) -> bool:
+    if ".qkv_proj." in name:
+        return all((name, i) in loaded for i in range(3))
+    if ".gate_up_proj." in name:
+        return all((name, i) in loaded for i in range(2))
+    return (name, -1) in loaded
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)

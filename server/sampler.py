@@ -1,0 +1,129 @@
+"""Sampler: from one row of logits per sequence to one token per sequence, all rows in one
+batch. Penalties, min_tokens, temperature, top-k, top-p and min-p are applied as tensors;
+only seeded rows draw their noise one by one, from their own generator, which is what makes
+a seeded request's output independent of whatever else shares the batch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from argosy.server.sequence import Sequence
+
+
+@dataclass
+class TokenLogprobs:
+    """Log-probabilities around one sampled token, from the raw model distribution."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]]  # the most likely alternatives, best first
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]
+    logprobs: list[TokenLogprobs | None]
+
+
+class Sampler:
+    def __init__(self, eos_token_ids: tuple[int, ...]):
+        self.eos_token_ids = list(eos_token_ids)
+
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
+        # Reported log-probabilities are those of the model itself, before any processing.
+        want_logprobs = [s.params.logprobs is not None for s in seqs]
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
+        logits = logits.clone()
+        _apply_penalties(logits, seqs)
+        self._apply_min_tokens(logits, seqs)
+        greedy = torch.tensor([s.params.greedy for s in seqs], device=logits.device)
+        tokens = logits.argmax(dim=-1)
+        sampled_rows = (~greedy).nonzero().flatten()
+        if sampled_rows.numel():
+            rows = sampled_rows.tolist()
+            tokens[sampled_rows] = _sample(logits[sampled_rows], [seqs[i] for i in rows])
+        token_ids = tokens.tolist()
+        logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
+        if raw_logprobs is not None:
+            logprobs = _logprobs(raw_logprobs, tokens, seqs, want_logprobs)
+        return SamplerOutput(token_ids, logprobs)
+
+    def _apply_min_tokens(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        for i, seq in enumerate(seqs):
+            if seq.num_output_tokens < seq.params.min_tokens:
+                banned = list(seq.params.stop_token_ids)
+                if not seq.params.ignore_eos:
+                    banned += self.eos_token_ids
+                logits[i, banned] = float("-inf")
+
+
+def _sample(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    params = [s.params for s in seqs]
+    device = logits.device
+    logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
+    vocab = logits.shape[-1]
+    top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+    top_p = torch.tensor([p.top_p for p in params], device=device)
+    if (top_k < vocab).any() or (top_p < 1.0).any():
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        drop = torch.arange(vocab, device=device)[None, :] >= top_k[:, None]
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        # A token is dropped once the tokens before it already cover top_p.
+        drop |= (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) > top_p[:, None]
+        logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    probs = torch.softmax(logits, dim=-1)
+    min_p = torch.tensor([p.min_p for p in params], device=device)
+    if (min_p > 0).any():
+        probs = probs.masked_fill(probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0)
+    # argmax(p / E) with E ~ Exp(1) draws a token with probability proportional to p.
+    noise = torch.empty_like(probs).exponential_()
+    for i, seq in enumerate(seqs):
+        if seq.generator is not None:
+            noise[i] = torch.empty(vocab).exponential_(generator=seq.generator).to(device)
+    return (probs / noise).argmax(dim=-1)
+
+
+def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:
+    rows = [i for i, s in enumerate(seqs) if s.params.has_penalties]
+    if not rows:
+        return
+    device, vocab = logits.device, logits.shape[-1]
+    chosen = [seqs[i] for i in rows]
+    counts = _token_counts([s.output_token_ids for s in chosen], vocab, device)
+    in_prompt = _token_counts([s.token_ids[:s.num_prompt_tokens] for s in chosen], vocab, device) > 0
+    rep = torch.tensor([s.params.repetition_penalty for s in chosen], device=device)[:, None]
+    freq = torch.tensor([s.params.frequency_penalty for s in chosen], device=device)[:, None]
+    pres = torch.tensor([s.params.presence_penalty for s in chosen], device=device)[:, None]
+    sub = logits[rows]
+    seen = in_prompt | (counts > 0)
+    sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
+    sub = sub - freq * counts - pres * (counts > 0).float()
+    logits[rows] = sub
+
+
+def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    width = max((len(t) for t in token_lists), default=0)
+    padded = torch.tensor([t + [vocab] * (width - len(t)) for t in token_lists], dtype=torch.long,
+                          device=device).view(len(token_lists), width)
+    counts = torch.zeros(len(token_lists), vocab + 1, device=device)
+    counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=counts.dtype))
+    return counts[:, :vocab]
+
+
+def _logprobs(raw: torch.Tensor, tokens: torch.Tensor, seqs: list[Sequence],
+              wanted: list[bool]) -> list[TokenLogprobs | None]:
+    k = max((s.params.logprobs or 0) for s in seqs)
+    chosen = raw.gather(1, tokens[:, None]).squeeze(1)
+    ranks = (raw > chosen[:, None]).sum(dim=-1) + 1
+    top_values, top_ids = raw.topk(k, dim=-1) if k else (raw[:, :0], tokens[:, None][:, :0])
+    chosen, ranks, top_values, top_ids = chosen.tolist(), ranks.tolist(), top_values.tolist(), top_ids.tolist()
+    result: list[TokenLogprobs | None] = []
+    for i, seq in enumerate(seqs):
+        if not wanted[i]:
+            result.append(None)
+            continue
+        n = seq.params.logprobs
+        result.append(TokenLogprobs(int(tokens[i]), chosen[i], ranks[i], list(zip(top_ids[i][:n], top_values[i][:n]))))
+    return result

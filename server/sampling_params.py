@@ -1,0 +1,81 @@
+"""SamplingParams: how one request is decoded. Names and defaults follow vLLM."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from argosy.server.errors import InvalidRequestError
+
+# Below this a temperature is treated as greedy: dividing logits by it would overflow.
+GREEDY_EPSILON = 1e-5
+MAX_LOGPROBS = 20
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: every token is a candidate
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    max_tokens: int | None = 16  # None: up to max_model_len
+    min_tokens: int = 0
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    logprobs: int | None = None  # also return this many top alternatives per token
+    skip_special_tokens: bool = True
+    stop_strings: tuple[str, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop_strings = (self.stop,)
+        else:
+            self.stop_strings = tuple(self.stop or ())
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        self.validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPSILON
+
+    @property
+    def has_penalties(self) -> bool:
+        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.repetition_penalty != 1.0)
+
+    def validate(self) -> None:
+        _check(isinstance(self.n, int) and self.n >= 1, "n", f"n must be at least 1, got {self.n}")
+        _check(self.temperature >= 0.0, "temperature",
+               f"temperature must be non-negative, got {self.temperature}")
+        _check(0.0 < self.top_p <= 1.0, "top_p", f"top_p must be in (0, 1], got {self.top_p}")
+        _check(self.top_k in (0, -1) or self.top_k >= 1, "top_k",
+               f"top_k must be -1, 0 (disabled) or at least 1, got {self.top_k}")
+        _check(0.0 <= self.min_p <= 1.0, "min_p", f"min_p must be in [0, 1], got {self.min_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(-2.0 <= value <= 2.0, name, f"{name} must be in [-2, 2], got {value}")
+        _check(self.repetition_penalty > 0.0, "repetition_penalty",
+               f"repetition_penalty must be positive, got {self.repetition_penalty}")
+        _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens",
+               f"max_tokens must be at least 1, got {self.max_tokens}")
+        _check(self.min_tokens >= 0, "min_tokens", f"min_tokens must be non-negative, got {self.min_tokens}")
+        _check(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",
+               f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        _check(self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
+               f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+        _check(all(isinstance(s, str) and s for s in self.stop_strings), "stop",
+               "stop strings must be non-empty strings")
+        _check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids",
+               f"stop_token_ids must be non-negative integers, got {self.stop_token_ids}")
+        _check(self.seed is None or isinstance(self.seed, int), "seed",
+               f"seed must be an integer, got {self.seed!r}")
+
+
+def _check(ok: bool, param: str, message: str) -> None:
+    if not ok:
+        raise InvalidRequestError(message, param=param)

@@ -1,0 +1,121 @@
+"""Scheduler: iteration-level batching. Every step, running sequences continue (a decode
+token, or the next chunk of a long prompt) and waiting ones join, first come first served,
+under a token budget and a sequence cap. When blocks run out, the most recently admitted
+running sequence is preempted: its blocks are freed and it is recomputed later."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from argosy.server.kv_cache_manager import KVCacheManager
+from argosy.server.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class ScheduledSequence:
+    seq: Sequence
+    num_new_tokens: int  # tokens computed this step, starting at seq.num_computed_tokens
+
+    @property
+    def completes(self) -> bool:
+        """After this step every token of the sequence is in the cache: sample the next."""
+        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSequence] = field(default_factory=list)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
+    preempted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 enable_chunked_prefill: bool):
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        queue = list(self.running)
+        while queue and budget > 0:
+            seq = queue.pop(0)
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not self.kv.allocate(seq, num_new):
+                victim = queue.pop() if queue else seq
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                out.scheduled.append(ScheduledSequence(seq, num_new))
+                budget -= num_new
+        if not out.preempted:
+            budget = self._admit(out, budget)
+        out.blocks_to_copy, self.kv.pending_copies = self.kv.pending_copies, []
+        return out
+
+    def _admit(self, out: SchedulerOutput, budget: int) -> int:
+        while self.waiting and budget > 0:
+            seq = self.waiting[0]
+            if len(self.running) + seq.request.params.n - len(seq.request.seqs) + 1 > self.max_num_seqs:
+                break
+            cached = self.kv.cached_prefix(seq)
+            remaining = seq.num_tokens - len(cached) * self.kv.block_size
+            if remaining > budget and not self.enable_chunked_prefill:
+                break
+            num_new = min(remaining, budget)
+            if not self.kv.allocate(seq, num_new, cached):
+                break
+            self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
+            if seq.num_output_tokens == 0:
+                seq.request.num_cached_tokens = seq.num_computed_tokens
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            out.scheduled.append(ScheduledSequence(seq, num_new))
+            budget -= num_new
+        return budget
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.kv.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def advance(self, out: SchedulerOutput) -> None:
+        """Records that the step's tokens are now in the cache."""
+        for item in out.scheduled:
+            item.seq.num_computed_tokens += item.num_new_tokens
+            self.kv.cache_full_blocks(item.seq)
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        self.kv.fork(parent, child)
+        self.running.append(child)
+
+    def finish(self, seq: Sequence) -> None:
+        """Takes a sequence out of its queue and returns its blocks (finished or aborted)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.kv.free(seq)
+        seq.status = SequenceStatus.FINISHED

@@ -1,0 +1,90 @@
+"""Sequence: one stream of tokens being generated, and Request: the n sequences that
+answer one prompt (n > 1 with parallel sampling)."""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from argosy.server.outputs import Logprob
+from argosy.server.sampling_params import SamplingParams
+
+
+class SequenceStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    def __init__(self, seq_id: int, request: Request, index: int, token_ids: list[int]):
+        self.seq_id = seq_id
+        self.request = request
+        self.index = index  # which of the request's n outputs this is
+        self.token_ids = list(token_ids)
+        self.num_prompt_tokens = len(request.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.block_table: list[int] = []
+        self.block_hashes: list[bytes] = []  # content hashes of the leading full blocks
+        self.status = SequenceStatus.WAITING
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+        self.logprobs: list[dict[int, Logprob]] = []  # per output token, when requested
+        self.cumulative_logprob = 0.0
+        params = request.params
+        self.generator: torch.Generator | None = None
+        if params.seed is not None:
+            # Each of the n outputs draws from its own stream, as in vLLM: seed + index.
+            self.generator = torch.Generator().manual_seed(params.seed + index)
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.request.params
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is SequenceStatus.FINISHED
+
+    def fork(self, seq_id: int, index: int) -> Sequence:
+        """A sibling with the same tokens and progress; blocks are shared by the caller."""
+        child = Sequence(seq_id, self.request, index, self.token_ids)
+        child.num_computed_tokens = self.num_computed_tokens
+        child.block_hashes = list(self.block_hashes)
+        child.status = self.status
+        return child
+
+    def __repr__(self) -> str:
+        return (f"Sequence(id={self.seq_id}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
+                f"blocks={self.block_table}, {self.status.value})")
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float = field(default_factory=time.monotonic)
+    seqs: list[Sequence] = field(default_factory=list)
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finished_time: float | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def is_finished(self) -> bool:
+        return len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)

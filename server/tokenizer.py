@@ -1,0 +1,63 @@
+"""Tokenizer: a checkpoint's fast tokenizer (tokenizer.json) with its special tokens and
+chat template."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer as FastTokenizer
+
+from argosy.server import chat_template
+from argosy.server.errors import CheckpointError, InvalidRequestError
+
+
+class Tokenizer:
+    def __init__(self, folder: str | Path):
+        folder = Path(folder)
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise CheckpointError(path, "file not found (a fast tokenizer, tokenizer.json, is required)")
+        try:
+            self._tok = FastTokenizer.from_file(str(path))
+        except Exception as exc:  # the Rust library raises a bare Exception
+            raise CheckpointError(path, f"cannot read tokenizer ({exc})") from exc
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text()) if config_path.is_file() else {}
+        self.special_tokens = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
+        self.eos_token_id = self._tok.token_to_id(self.special_tokens["eos_token"] or "")
+        self.chat_template = _find_chat_template(folder, config)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                            template: str | None = None) -> str:
+        template = template or self.chat_template
+        if template is None:
+            raise InvalidRequestError("this model has no chat template; use a completion prompt", param="messages")
+        special = {k: v or "" for k, v in self.special_tokens.items()}
+        return chat_template.render(template, chat_template.validate_messages(messages), add_generation_prompt,
+                                    special)
+
+
+def _token_text(value: Any) -> str | None:
+    return value.get("content") if isinstance(value, dict) else value
+
+
+def _find_chat_template(folder: Path, config: dict) -> str | None:
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: take the default one
+        named = {t.get("name"): t.get("template") for t in template}
+        return named.get("default") or next(iter(named.values()), None)
+    return template
