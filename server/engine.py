@@ -139,7 +139,7 @@ class LLMEngine:
         completing = [item.seq for item in sched.scheduled if item.completes]
         self.scheduler.advance(sched)
         targets, rows = self._fork_pending(completing)
-        sampled = self.sampler(logits[rows], targets)
+        sampled = self.sampler(logits if len(targets) == len(completing) else logits[rows], targets)
         touched: dict[str, Request] = {}
         now = time.monotonic()
         for seq, token_id, logprobs in zip(targets, sampled.token_ids, sampled.logprobs):

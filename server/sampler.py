@@ -35,9 +35,10 @@ class Sampler:
         # Reported log-probabilities are those of the model itself, before any processing.
         want_logprobs = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
-        logits = logits.clone()
-        _apply_penalties(logits, seqs)
-        self._apply_min_tokens(logits, seqs)
+        if any(s.params.has_penalties or s.num_output_tokens < s.params.min_tokens for s in seqs):
+            logits = logits.clone()  # edited in place below; the caller's tensor stays as it was
+            _apply_penalties(logits, seqs)
+            self._apply_min_tokens(logits, seqs)
         greedy = torch.tensor([s.params.greedy for s in seqs], device=logits.device)
         tokens = logits.argmax(dim=-1)
         sampled_rows = (~greedy).nonzero().flatten()

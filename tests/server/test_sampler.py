@@ -1,0 +1,91 @@
+"""The sampler's transformations, each checked against its definition on crafted logits."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from argosy.server.sampler import Sampler
+from argosy.server.sampling_params import SamplingParams
+from argosy.server.sequence import Request, Sequence
+
+EOS = 9
+
+
+def seq(prompt=(0,), outputs=(), **params) -> Sequence:
+    s = Sequence(0, Request("r", None, list(prompt), SamplingParams(**params)), 0, list(prompt))
+    s.token_ids.extend(outputs)
+    return s
+
+
+def sample(logits, *seqs):
+    return Sampler((EOS,))(torch.tensor(logits, dtype=torch.float32), list(seqs))
+
+
+def test_greedy_takes_the_argmax():
+    assert sample([[0.1, 3.0, 2.0], [5.0, 1.0, 0.0]], seq(temperature=0), seq(temperature=0)).token_ids == [1, 0]
+
+
+@pytest.mark.parametrize("params", [dict(top_k=1), dict(top_p=0.05), dict(min_p=1.0)])
+def test_truncation_to_one_candidate_is_deterministic(params):
+    logits = [[1.0, 2.5, 2.4, 0.0]] * 64
+    seqs = [seq(temperature=5.0, **params) for _ in range(64)]
+    assert set(sample(logits, *seqs).token_ids) == {1}
+
+
+def test_top_k_and_top_p_keep_exactly_the_allowed_tokens():
+    logits = [[math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]] * 400
+    seen_k = set(sample(logits, *[seq(top_k=2, seed=i) for i in range(400)]).token_ids)
+    seen_p = set(sample(logits, *[seq(top_p=0.8, seed=i) for i in range(400)]).token_ids)
+    assert seen_k == {0, 1}
+    assert seen_p == {0, 1}  # 0.5 + 0.3 covers 0.8: the third token is dropped
+
+
+def test_sampling_follows_the_distribution():
+    probs = (0.6, 0.3, 0.1)
+    logits = [[math.log(p) for p in probs]] * 6000
+    tokens = sample(logits, *[seq(seed=i) for i in range(6000)]).token_ids
+    for token, p in enumerate(probs):
+        assert abs(tokens.count(token) / 6000 - p) < 0.03
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
+    # Token 0 (in the prompt) falls from 2.0 to 1.0; token 2 (generated) from -0.5 to -1.0.
+    s = seq(prompt=[0], outputs=[2], temperature=0, repetition_penalty=2.0)
+    assert sample([[2.0, 1.5, -0.5]], s).token_ids == [1]
+    s = seq(prompt=[0], outputs=[2], temperature=0, repetition_penalty=2.0)
+    assert sample([[-3.0, -0.9, -0.5]], s).token_ids == [1]
+
+
+def test_frequency_and_presence_penalties_count_output_tokens_only():
+    # Token 0 was generated 3 times: frequency 0.5 lowers it by 1.5, to 0.5 < 1.0.
+    assert sample([[2.0, 1.0]], seq(outputs=[0, 0, 0], temperature=0, frequency_penalty=0.5)).token_ids == [1]
+    assert sample([[2.0, 1.0]], seq(outputs=[0], temperature=0, frequency_penalty=0.5)).token_ids == [0]
+    assert sample([[2.0, 1.0]], seq(outputs=[0], temperature=0, presence_penalty=1.5)).token_ids == [1]
+    # The prompt's tokens are not penalised by presence or frequency.
+    assert sample([[2.0, 1.0]], seq(prompt=[0, 0, 0], temperature=0, presence_penalty=1.5)).token_ids == [0]
+
+
+def test_min_tokens_bans_eos_and_stop_tokens_until_reached():
+    logits = [[0.0] * 9 + [10.0, 9.0]]  # eos (9) first, stop token 10 second
+    assert sample(logits, seq(temperature=0, min_tokens=2, stop_token_ids=[10])).token_ids == [0]
+    assert sample(logits, seq(outputs=[1, 1], temperature=0, min_tokens=2)).token_ids == [9]
+
+
+def test_logprobs_are_the_raw_distribution_with_rank_and_alternatives():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.5]])
+    out = Sampler((EOS,))(logits, [seq(temperature=0, logprobs=2, repetition_penalty=5.0, prompt=[1])])
+    expected = torch.log_softmax(logits, -1)[0]
+    lp = out.logprobs[0]
+    assert lp.token_id == 2 and lp.rank == 2  # the penalty moved the choice, not the reported distribution
+    assert lp.logprob == pytest.approx(expected[2].item())
+    assert [t for t, _ in lp.top] == [1, 2]
+    assert [v for _, v in lp.top] == pytest.approx([expected[1].item(), expected[2].item()])
+
+
+def test_seeded_rows_ignore_their_neighbours():
+    logits = torch.randn(1, 50).repeat(5, 1)
+    alone = sample(logits[:1].tolist(), seq(seed=42)).token_ids[0]
+    mixed = sample(logits.tolist(), seq(), seq(seed=1), seq(seed=42), seq(temperature=0), seq()).token_ids[2]
+    assert alone == mixed

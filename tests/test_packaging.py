@@ -1,0 +1,51 @@
+"""The source folders are importable only as argosy.*: Python's own `operator` module stays
+reachable from the repository root, in the editable install and in a built wheel."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECK = ("import operator, argosy.operator, argosy.server.engine, argosy.kernels.paged_attention;"
+         "assert operator.__file__.startswith(%r), operator.__file__;"
+         "assert callable(operator.itemgetter); print(argosy.operator.__file__)")
+STDLIB = str(Path(subprocess.check_output([sys.executable, "-c", "import sysconfig;"
+                                           "print(sysconfig.get_paths()['stdlib'])"], text=True).strip()))
+
+
+def run_python(code: str, cwd: Path, env: dict | None = None) -> str:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_stdlib_operator_wins_from_the_repository_root():
+    out = run_python(CHECK % STDLIB, ROOT)
+    assert out.strip() == str(ROOT / "operator" / "__init__.py")
+
+
+def test_every_source_folder_is_a_listed_package():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    mapping = config["package-dir"]
+    for package, folder in mapping.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder).parts
+            assert ".".join((package, *relative)) in listed, f"{init.parent} is missing from pyproject packages"
+
+
+def test_built_wheel_contains_the_packages_and_keeps_stdlib_operator(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("argosy-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "argosy/operator/__init__.py" in names and "argosy/server/engine.py" in names
+    assert not any(n.split("/")[0] in ("operator", "server", "kernels") for n in names)
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    # Run from an empty folder with only the wheel's contents ahead of the installed packages.
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
+    out = run_python(CHECK % STDLIB, tmp_path, env)
+    assert out.strip() == str(site / "argosy" / "operator" / "__init__.py")
