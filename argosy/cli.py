@@ -23,9 +23,20 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from argosy.server.api.serve import serve
+
+    return serve(args)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from argosy.server.api.serve import add_serve_args
+
     parser = argparse.ArgumentParser(prog="argosy", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
+    srv = verbs.add_parser("serve", help="run the OpenAI-compatible HTTP server")
+    add_serve_args(srv)
+    srv.set_defaults(run=_serve)
     gen = verbs.add_parser("generate", help="complete one prompt offline and print the text")
     gen.add_argument("prompt")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")

@@ -81,14 +81,22 @@ class LLMEngine:
         allocated, when the request cannot be served."""
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use", param="request_id")
+        self.enqueue(self.make_request(request_id, prompt, params, arrival_time))
+
+    def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
+                     arrival_time: float | None = None) -> Request:
+        """Tokenizes and validates a request without touching the engine's queues, so that
+        another thread may do it while the engine steps."""
         params.validate()
         text = prompt if isinstance(prompt, str) else None
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._check_prompt(token_ids, params)
-        request = Request(request_id, text, token_ids, params, arrival_time or time.monotonic())
-        seq = Sequence(next(self._seq_ids), request, 0, token_ids)
+        return Request(request_id, text, token_ids, params, arrival_time or time.monotonic())
+
+    def enqueue(self, request: Request) -> None:
+        seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
-        self.requests[request_id] = request
+        self.requests[request.request_id] = request
         self.outputs.start(seq)
         self.scheduler.add(seq)
 

@@ -74,8 +74,8 @@ class OutputProcessor:
                                 list(seq.logprobs) if wanted else None, seq.finish_reason, seq.stop_reason)
 
     def _logprob_entry(self, lp: TokenLogprobs) -> dict[int, Logprob]:
-        decode = self.tokenizer.decode
-        entry = {lp.token_id: Logprob(lp.logprob, lp.rank, decode([lp.token_id], False))}
+        text = self.tokenizer.token_text
+        entry = {lp.token_id: Logprob(lp.logprob, lp.rank, text(lp.token_id))}
         for rank, (token_id, value) in enumerate(lp.top, start=1):
-            entry.setdefault(token_id, Logprob(value, rank, decode([token_id], False)))
+            entry.setdefault(token_id, Logprob(value, rank, text(token_id)))
         return entry

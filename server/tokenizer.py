@@ -3,6 +3,7 @@ chat template."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ class Tokenizer:
         self.special_tokens = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
         self.eos_token_id = self._tok.token_to_id(self.special_tokens["eos_token"] or "")
         self.chat_template = _find_chat_template(folder, config)
+        self._byte_level = "ByteLevel" in json.dumps(json.loads(path.read_text()).get("decoder"))
+        self._special = {t.content for t in self._tok.get_added_tokens_decoder().values()}
 
     @property
     def vocab_size(self) -> int:
@@ -38,6 +41,23 @@ class Tokenizer:
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
+    def token_bytes(self, token_id: int) -> bytes:
+        """The raw bytes one token stands for, also when they are only part of a character."""
+        piece = self._tok.id_to_token(token_id) or ""
+        if _BYTE_TOKEN.fullmatch(piece):  # SentencePiece byte fallback: <0xE6>
+            return bytes([int(piece[3:5], 16)])
+        if self._byte_level and piece not in self._special and all(c in _UNICODE_TO_BYTE for c in piece):
+            return bytes(_UNICODE_TO_BYTE[c] for c in piece)
+        return self.decode([token_id], skip_special_tokens=False).encode()
+
+    def token_text(self, token_id: int) -> str:
+        """A token as text; a partial character is spelled as its bytes, `bytes:\\xe6`, as OpenAI does."""
+        raw = self.token_bytes(token_id)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+
     def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                             template: str | None = None) -> str:
         template = template or self.chat_template
@@ -46,6 +66,23 @@ class Tokenizer:
         special = {k: v or "" for k, v in self.special_tokens.items()}
         return chat_template.render(template, chat_template.validate_messages(messages), add_generation_prompt,
                                     special)
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """Byte-level BPE spells each byte as a printable character; this maps them back."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[chr(byte)] = byte
+        else:
+            chars[chr(256 + extra)] = byte
+            extra += 1
+    return chars
+
+
+_UNICODE_TO_BYTE = _byte_level_alphabet()
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 
 def _token_text(value: Any) -> str | None:

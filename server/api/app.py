@@ -1,0 +1,139 @@
+"""The FastAPI application: routes, API-key check, body-size limit, and the background
+loading of the model (so /health can say 503 while it loads)."""
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from argosy.server.api.async_engine import AsyncEngine
+from argosy.server.api.chat import create_chat_completion
+from argosy.server.api.completions import create_completion
+from argosy.server.api.errors import RETRY_AFTER_SECONDS, APIError, error_body, install_error_handlers
+from argosy.server.api.metrics import ServerMetrics
+from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
+from argosy.server.api.state import ServerConfig, ServerState
+from argosy.server.engine import LLMEngine
+
+log = logging.getLogger("argosy.api")
+
+
+def load_engine(state: ServerState) -> None:
+    """Loads the model and starts the engine loop; failures are kept for /health and the CLI."""
+    try:
+        engine = LLMEngine(state.config.engine)
+    except Exception as exc:
+        log.exception("model failed to load")
+        state.load_error = str(exc)
+        return
+    metrics = state.metrics
+
+    def on_step(outputs, now) -> None:
+        metrics.observe_step(outputs, now)
+        stats = engine.stats()
+        metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
+
+    async_engine = AsyncEngine(engine, state.config.max_waiting_requests, on_step, metrics.observe_abort)
+    metrics.bind_gauges(lambda: async_engine.num_waiting, lambda: async_engine.num_running,
+                        lambda: async_engine.kv_cache_usage)
+    state.engine = async_engine
+    log.info("model %s loaded: %s blocks of %s tokens", state.model_name, engine.kv.pool.num_blocks,
+             engine.config.block_size)
+
+
+def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
+    state = ServerState(config, ServerMetrics(config.model_name))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if load_in_background:
+            threading.Thread(target=load_engine, args=(state,), name="argosy-load", daemon=True).start()
+        else:
+            load_engine(state)
+        yield
+        if state.engine is not None:
+            state.engine.shutdown()
+
+    app = FastAPI(title="Argosy", lifespan=lifespan)
+    app.state.argosy = state
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, limit=config.max_request_body_bytes)
+
+    @app.middleware("http")
+    async def api_key(request: Request, call_next):
+        key = config.api_key
+        if key and request.url.path.startswith("/v1") and request.headers.get("authorization") != f"Bearer {key}":
+            return JSONResponse(error_body("invalid or missing API key", "authentication_error",
+                                           code="invalid_api_key"), status_code=401)
+        return await call_next(request)
+
+    def serving_engine() -> AsyncEngine:
+        if state.draining:
+            raise APIError(503, "the server is shutting down", "service_unavailable_error", code="shutting_down",
+                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if state.engine is None:
+            raise APIError(503, state.load_error or "the model is loading", "service_unavailable_error",
+                           code="model_not_ready", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return state.engine
+
+    @app.get("/health")
+    async def health() -> Response:
+        if state.ready:
+            return Response(status_code=200)
+        reason = "draining" if state.draining else state.load_error or "loading"
+        return JSONResponse({"status": reason}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models(engine: AsyncEngine = Depends(serving_engine)) -> dict:
+        return {"object": "list", "data": [{
+            "id": state.model_name, "object": "model", "created": 0, "owned_by": "argosy",
+            "max_model_len": engine.engine.limits.max_model_len}]}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request,
+                          engine: AsyncEngine = Depends(serving_engine)):
+        return await create_completion(body, request, state, engine)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatCompletionRequest, request: Request, engine: AsyncEngine = Depends(serving_engine)):
+        return await create_chat_completion(body, request, state, engine)
+
+    return app
+
+
+class BodySizeLimit:
+    """Answers 413 to a body larger than `limit` bytes, whether announced or streamed."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._reject(send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise APIError(413, f"request body exceeds {self.limit} bytes", "invalid_request_error",
+                               code="request_too_large")
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    async def _reject(self, send) -> None:
+        response = JSONResponse(error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error",
+                                           code="request_too_large"), status_code=413)
+        await response({"type": "http"}, None, send)

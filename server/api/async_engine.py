@@ -1,0 +1,178 @@
+"""AsyncEngine: drives the LLMEngine from one background thread and lets asyncio handlers
+submit requests and await their outputs without ever blocking the event loop.
+
+The engine thread steps while work exists and sleeps on an event when idle. Requests and
+aborts reach it through a command queue and take effect between steps; outputs go back to
+each request's asyncio queue through the event loop's thread-safe callback."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+from argosy.server.engine import LLMEngine
+from argosy.server.errors import ArgosyError
+from argosy.server.outputs import RequestOutput
+from argosy.server.sequence import Request
+
+log = logging.getLogger("argosy.engine")
+
+
+class EngineOverloadedError(ArgosyError):
+    """The waiting queue is full; the client should retry later."""
+
+
+class EngineStoppedError(ArgosyError):
+    """The engine stopped (drain timed out, or it failed) before the request finished."""
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, max_waiting_requests: int,
+                 on_step: Callable[[list[RequestOutput], float], None] | None = None,
+                 on_abort: Callable[[str], None] | None = None):
+        self.engine = engine
+        self.max_waiting_requests = max_waiting_requests
+        self.on_step = on_step
+        self.on_abort = on_abort
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._lock = threading.Lock()
+        self._pending = 0  # adds queued but not yet seen by the engine thread
+        self._waiting = 0  # requests in the scheduler's waiting queue, as of the last look
+        self._running = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="argosy-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests accepted but not yet scheduled: the autoscaling signal."""
+        return self._pending + self._waiting
+
+    @property
+    def num_running(self) -> int:
+        return self._running
+
+    @property
+    def kv_cache_usage(self) -> float:
+        kv = self.engine.kv
+        return kv.num_used_blocks / kv.pool.num_blocks
+
+    def submit(self, request: Request) -> RequestStream:
+        """Queues a validated request, or raises at once when the waiting queue is full or
+        the engine is stopping. Iterate the returned stream for its outputs."""
+        stream: asyncio.Queue = asyncio.Queue()
+        with self._lock:
+            if self._stopped:
+                raise EngineStoppedError("the engine is shutting down")
+            if self.num_waiting >= self.max_waiting_requests:
+                raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
+            self._pending += 1
+            self._streams[request.request_id] = (asyncio.get_running_loop(), stream)
+        self._send(("add", request))
+        return RequestStream(self, request.request_id, stream)
+
+    def _forget(self, request_id: str, finished: bool) -> None:
+        self._streams.pop(request_id, None)
+        if not finished:
+            self._send(("abort", request_id))
+
+    def abort_all(self, reason: str) -> None:
+        """Ends every request in flight with EngineStoppedError (used when a drain times out)."""
+        for request_id in list(self._streams):
+            self._deliver(request_id, EngineStoppedError(reason))
+            self._send(("abort", request_id))
+
+    def shutdown(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def _send(self, command: tuple) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    def _deliver(self, request_id: str, item: RequestOutput | Exception) -> None:
+        target = self._streams.get(request_id)
+        if target is not None:
+            loop, stream = target
+            loop.call_soon_threadsafe(stream.put_nowait, item)
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._apply_commands()
+            if not self.engine.has_unfinished_requests():
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a bug must fail its requests, not hang them
+                log.exception("engine step failed")
+                for request_id in list(self.engine.requests):
+                    self.engine.abort(request_id)
+                    self._deliver(request_id, EngineStoppedError(f"engine step failed: {exc}"))
+                continue
+            for output in outputs:
+                self._deliver(output.request_id, output)
+            self._count_waiting()
+            if self.on_step is not None:
+                self.on_step(outputs, time.monotonic())
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                kind, payload = self._commands.get_nowait()
+            except queue.Empty:
+                break
+            if kind == "add":
+                with self._lock:
+                    self._pending -= 1
+                if payload.request_id in self._streams:  # not abandoned while queued
+                    self.engine.enqueue(payload)
+            elif payload in self.engine.requests:
+                self.engine.abort(payload)
+                if self.on_abort is not None:
+                    self.on_abort(payload)
+        self._count_waiting()
+
+    def _count_waiting(self) -> None:
+        scheduler = self.engine.scheduler
+        waiting = {seq.request.request_id for seq in scheduler.waiting}
+        running = {seq.request.request_id for seq in scheduler.running} - waiting
+        with self._lock:
+            self._waiting, self._running = len(waiting), len(running)
+
+
+class RequestStream:
+    """The outputs of one submitted request. Leaving the iteration early (a client disconnect
+    cancels it) or closing the stream aborts the request."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, queue: asyncio.Queue):
+        self.engine, self.request_id, self._queue = engine, request_id, queue
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        try:
+            while not self._done:
+                item = await self._queue.get()
+                if isinstance(item, Exception):
+                    self._done = True
+                    raise item
+                self._done = item.finished
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Aborts the request unless it already finished."""
+        self.engine._forget(self.request_id, self._done)
+        self._done = True

@@ -1,0 +1,102 @@
+"""Prometheus metrics of one server, in its own registry, every series labelled with the
+served model name. Gauges are read at scrape time; counters and histograms are fed by the
+engine thread after each step."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from argosy.server.outputs import RequestOutput
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                    20.0, 40.0, 80.0, 160.0, 640.0)
+
+
+@dataclass
+class _RequestProgress:
+    tokens: int = 0
+    last_token_time: float | None = None
+
+
+@dataclass
+class ServerMetrics:
+    model_name: str
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        labels, r = ["model_name"], self.registry
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=r)
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name.removesuffix("_total"), doc, labels + list(extra), registry=r)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=r)
+
+        self.waiting = gauge("argosy_num_requests_waiting", "Requests accepted and waiting to be scheduled")
+        self.running = gauge("argosy_num_requests_running", "Requests in the running batch")
+        self.kv_usage = gauge("argosy_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use")
+        self.prompt_tokens = counter("argosy_prompt_tokens_total", "Prompt tokens of served requests")
+        self.generation_tokens = counter("argosy_generation_tokens_total", "Generated tokens")
+        self.success = counter("argosy_request_success_total", "Finished requests", ("finished_reason",))
+        self.preemptions = counter("argosy_num_preemptions_total", "Sequences preempted for lack of KV blocks")
+        self.prefix_queries = counter("argosy_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache")
+        self.prefix_hits = counter("argosy_prefix_cache_hits_total", "Prompt tokens found in the prefix cache")
+        self.ttft = histogram("argosy_time_to_first_token_seconds", "Time from arrival to the first token")
+        self.itl = histogram("argosy_inter_token_latency_seconds", "Time between a request's successive tokens")
+        self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
+        self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
+        self._progress: dict[str, _RequestProgress] = {}
+        self._engine_totals = (0, 0, 0)
+
+    def label(self, metric):
+        return metric.labels(model_name=self.model_name)
+
+    def bind_gauges(self, num_waiting, num_running, kv_usage) -> None:
+        """Gauges read these callables whenever Prometheus scrapes."""
+        self.label(self.waiting).set_function(num_waiting)
+        self.label(self.running).set_function(num_running)
+        self.label(self.kv_usage).set_function(kv_usage)
+
+    def observe_step(self, outputs: list[RequestOutput], now: float) -> None:
+        for out in outputs:
+            progress = self._progress.setdefault(out.request_id, _RequestProgress())
+            tokens = sum(len(c.token_ids) for c in out.outputs)
+            new = tokens - progress.tokens
+            if new > 0:
+                if progress.last_token_time is None:
+                    self.label(self.prompt_tokens).inc(len(out.prompt_token_ids))
+                    m = out.metrics
+                    self.label(self.ttft).observe(now - m.arrival_time)
+                    self.label(self.queue_time).observe((m.first_scheduled_time or now) - m.arrival_time)
+                else:
+                    self.label(self.itl).observe(now - progress.last_token_time)
+                self.label(self.generation_tokens).inc(new)
+                progress.tokens, progress.last_token_time = tokens, now
+            if out.finished:
+                self._progress.pop(out.request_id, None)
+                self.label(self.e2e).observe(now - out.metrics.arrival_time)
+                # One count per request; with n > 1 the first sequence's reason stands for it.
+                self._count_finished(out.outputs[0].finish_reason)
+
+    def observe_abort(self, request_id: str) -> None:
+        self._progress.pop(request_id, None)
+        self._count_finished("abort")
+
+    def _count_finished(self, reason: str | None) -> None:
+        self.success.labels(model_name=self.model_name, finished_reason=reason).inc()
+
+    def sync_engine_counters(self, preemptions: int, prefix_queries: int, prefix_hits: int) -> None:
+        """Engine totals are cumulative; the counters advance by the difference."""
+        last = self._engine_totals
+        for metric, value, before in zip((self.preemptions, self.prefix_queries, self.prefix_hits),
+                                         (preemptions, prefix_queries, prefix_hits), last):
+            if value > before:
+                self.label(metric).inc(value - before)
+        self._engine_totals = (preemptions, prefix_queries, prefix_hits)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,111 @@
+"""Request bodies of the OpenAI API (plus vLLM's extra sampling fields), as pydantic
+models that turn themselves into SamplingParams. Unknown fields are ignored, as OpenAI does."""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from argosy.server.errors import InvalidRequestError
+from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields both endpoints share."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    n: int = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # vLLM's extra sampling fields
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    min_tokens: int = 0
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        if self.stream_options is not None and not self.stream:
+            raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
+        return SamplingParams(
+            n=self.n, temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p, top_k=self.top_k or 0,
+            min_p=self.min_p or 0.0, seed=self.seed, stop=self.stop, presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            max_tokens=max_tokens, min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
+            stop_token_ids=self.stop_token_ids, logprobs=logprobs, skip_special_tokens=self.skip_special_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def prompts(self) -> list[str | list[int]]:
+        prompt = self.prompt
+        if isinstance(prompt, str):
+            prompts: list[Any] = [prompt]
+        elif prompt and all(isinstance(p, int) for p in prompt):
+            prompts = [prompt]
+        else:
+            prompts = list(prompt)
+        if not prompts:
+            raise InvalidRequestError("prompt must not be empty", param="prompt")
+        return prompts
+
+    def to_sampling_params(self) -> SamplingParams:
+        if self.best_of is not None and self.best_of != self.n:
+            raise InvalidRequestError("best_of is not supported (it must equal n)", param="best_of")
+        if self.suffix:
+            raise InvalidRequestError("suffix is not supported", param="suffix")
+        if self.echo and self.logprobs is not None:
+            raise InvalidRequestError("echo with logprobs (prompt logprobs) is not supported", param="echo")
+        return self.sampling_params(self.max_tokens, self.logprobs)
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[dict[str, Any]]
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    add_generation_prompt: bool = True
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def to_sampling_params(self) -> SamplingParams:
+        if self.tools:
+            raise InvalidRequestError("tools are not supported", param="tools")
+        if self.response_format and self.response_format.get("type") not in (None, "text"):
+            raise InvalidRequestError("only the text response_format is supported", param="response_format")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return self.sampling_params(max_tokens, (self.top_logprobs or 0) if self.logprobs else None)
+
+

@@ -1,0 +1,188 @@
+"""What the two generation endpoints share: one engine request per prompt, their output
+streams merged, cancellation on client disconnect, cumulative outputs turned into per-choice
+deltas, usage, server-sent events and the access-log line."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from fastapi import Request as HTTPRequest
+
+from argosy.server.api.async_engine import AsyncEngine, RequestStream
+from argosy.server.api.errors import APIError, sse_error
+from argosy.server.outputs import CompletionOutput, Logprob, RequestOutput
+from argosy.server.sequence import Request
+
+access_log = logging.getLogger("argosy.access")
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def new_request_id(http: HTTPRequest, prefix: str) -> str:
+    return http.headers.get("x-request-id") or f"{prefix}-{uuid.uuid4().hex}"
+
+
+def check_model(requested: str, served: str) -> None:
+    if requested != served:
+        raise APIError(404, f"The model `{requested}` does not exist.", "invalid_request_error", "model",
+                       "model_not_found")
+
+
+class Generation:
+    """The engine requests of one API call (one per prompt), submitted all or none."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str, requests: list[Request]):
+        self.request_id = request_id
+        self.requests = requests
+        self.latest: dict[int, RequestOutput] = {}
+        self.created = int(time.time())
+        self._start = time.monotonic()
+        self.streams: list[RequestStream] = []
+        try:
+            for request in requests:
+                self.streams.append(engine.submit(request))
+        except Exception:
+            self.close()
+            raise
+
+    async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """(prompt index, cumulative output) as they come. Leaving early aborts the rest."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index: int, stream: RequestStream) -> None:
+            try:
+                async for output in stream:
+                    await queue.put((index, output))
+            except Exception as exc:
+                await queue.put((index, exc))
+
+        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(self.streams)]
+        remaining, error = len(self.streams), None
+        try:
+            while remaining:
+                index, item = await queue.get()
+                if isinstance(item, Exception):
+                    error = item
+                    raise item
+                self.latest[index] = item
+                remaining -= item.finished
+                yield index, item
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.close()
+            self._log(error)
+
+    async def finals(self) -> list[RequestOutput]:
+        async for _ in self.outputs():
+            pass
+        return [self.latest[i] for i in range(len(self.requests))]
+
+    def close(self) -> None:
+        for stream in self.streams:
+            stream.close()
+
+    def _log(self, error: Exception | None) -> None:
+        outputs = list(self.latest.values())
+        first_tokens = [o.metrics.first_token_time - o.metrics.arrival_time for o in outputs
+                        if o.metrics and o.metrics.first_token_time]
+        reasons = [c.finish_reason or ("error" if error else "abort") for o in outputs for c in o.outputs]
+        access_log.info("request", extra={"fields": {
+            "request_id": self.request_id,
+            "prompt_tokens": sum(len(r.prompt_token_ids) for r in self.requests),
+            "generated_tokens": sum(len(c.token_ids) for o in outputs for c in o.outputs),
+            "ttft_s": round(min(first_tokens), 4) if first_tokens else None,
+            "total_s": round(time.monotonic() - self._start, 4),
+            "finish_reason": ",".join(sorted(set(reasons))) or ("error" if error else "abort"),
+        }})
+
+
+async def cancel_on_disconnect(http: HTTPRequest, work: Awaitable):
+    """Runs `work`, cancelling it if the client goes away first (its requests are aborted)."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await http.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise asyncio.CancelledError("client disconnected")
+    return task.result()
+
+
+@dataclass
+class Delta:
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None
+    stop_reason: int | str | None
+
+
+@dataclass
+class DeltaTracker:
+    """Remembers how much of each choice was already sent: (characters, tokens, finished)."""
+
+    sent: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
+
+    def delta(self, index: int, choice: CompletionOutput, prefix: str = "") -> Delta | None:
+        text_len, tokens, finished = self.sent.get(index, (0, 0, False))
+        text = prefix + choice.text
+        if finished or (index in self.sent and len(text) == text_len and len(choice.token_ids) == tokens
+                        and not choice.finish_reason):
+            return None
+        self.sent[index] = (len(text), len(choice.token_ids), choice.finish_reason is not None)
+        logprobs = choice.logprobs[tokens:] if choice.logprobs is not None else None
+        return Delta(text[text_len:], choice.token_ids[tokens:], logprobs, choice.finish_reason, choice.stop_reason)
+
+
+def top_k(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
+    """The k most likely (token id, logprob) of one logprobs entry, best first."""
+    return sorted(((t, lp) for t, lp in entry.items() if lp.rank is not None and lp.rank <= k),
+                  key=lambda item: item[1].rank)
+
+
+def usage(outputs: list[RequestOutput]) -> dict[str, int]:
+    prompt = sum(len(o.prompt_token_ids) for o in outputs)
+    completion = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def stream_events(gen: Generation, n: int, chunk: Callable[[int, Delta], dict],
+                        usage_chunk: Callable[[dict], dict] | None, preamble: list[dict] = (),
+                        prefix: Callable[[int], str] = lambda prompt_index: "") -> AsyncIterator[str]:
+    """The SSE body of a streamed call: one chunk per choice per step with something new,
+    then usage if asked for, then [DONE]. An error mid-stream becomes an error event."""
+    tracker = DeltaTracker()
+    try:
+        for payload in preamble:
+            yield sse(payload)
+        async for prompt_index, output in gen.outputs():
+            for choice in output.outputs:
+                index = prompt_index * n + choice.index
+                delta = tracker.delta(index, choice, prefix(prompt_index))
+                if delta is not None:
+                    yield sse(chunk(index, delta))
+        if usage_chunk is not None:
+            yield sse(usage_chunk(usage([gen.latest[i] for i in range(len(gen.requests))])))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        yield sse_error(exc)
+    yield SSE_DONE
