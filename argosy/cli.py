@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-
-from argosy.server.engine_args import add_engine_args, config_from_args
 
 
 def _generate(args: argparse.Namespace) -> int:
     from argosy.server.engine import LLMEngine
+    from argosy.server.engine_args import config_from_args
     from argosy.server.llm import LLM
     from argosy.server.sampling_params import SamplingParams
 
@@ -30,7 +30,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        # OpenMP threads that spin between the engine's kernels would starve the HTTP event
+        # loop of CPU; sleeping threads cost some offline throughput but keep the API responsive.
+        # It must be set before torch loads OpenMP.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from argosy.server.api.serve import add_serve_args
+    from argosy.server.engine_args import add_engine_args
 
     parser = argparse.ArgumentParser(prog="argosy", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)

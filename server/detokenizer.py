@@ -42,12 +42,22 @@ class IncrementalDetokenizer:
         return self.text[:max(0, len(self.text) - self.holdback)]
 
     def _find_stop(self, new_chars: int) -> str | None:
-        for stop in self.stop_strings:
-            idx = self.text.find(stop, max(0, len(self.text) - new_chars - len(stop) + 1))
-            if idx >= 0:
-                self.text = self.text[:idx + (len(stop) if self.include_stop_str else 0)]
-                return stop
-        return None
+        """The stop string that occurs first in the text (only new text can complete one)."""
+        found = [(idx, stop) for stop in self.stop_strings
+                 if (idx := self.text.find(stop, max(0, len(self.text) - new_chars - len(stop) + 1))) >= 0]
+        if not found:
+            return None
+        idx, stop = min(found)
+        self.text = self.text[:idx + (len(stop) if self.include_stop_str else 0)]
+        return stop
+
+    def flush(self) -> None:
+        """At the end, emits whatever is left, even an incomplete character."""
+        if self.read_offset < len(self.ids):
+            decode = self.tokenizer.decode
+            prefix = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special_tokens)
+            self.text += decode(self.ids[self.prefix_offset:], self.skip_special_tokens)[len(prefix):]
+            self.read_offset = len(self.ids)
 
     def copy(self) -> IncrementalDetokenizer:
         twin = object.__new__(IncrementalDetokenizer)

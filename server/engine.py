@@ -116,6 +116,10 @@ class LLMEngine:
             raise InvalidRequestError(
                 f"max_tokens ({params.max_tokens}) plus the prompt's {len(token_ids)} tokens exceeds max_model_len "
                 f"({max_len})", param="max_tokens")
+        bad = next((t for t in params.stop_token_ids if t >= vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(f"stop token id {bad} is outside the vocabulary [0, {vocab})",
+                                      param="stop_token_ids")
         if params.n > self.config.max_num_seqs:
             raise InvalidRequestError(f"n ({params.n}) exceeds max_num_seqs ({self.config.max_num_seqs})",
                                       param="n")
@@ -147,6 +151,8 @@ class LLMEngine:
         completing = [item.seq for item in sched.scheduled if item.completes]
         self.scheduler.advance(sched)
         targets, rows = self._fork_pending(completing)
+        if not targets:  # only partial prefill chunks ran
+            return []
         sampled = self.sampler(logits if len(targets) == len(completing) else logits[rows], targets)
         touched: dict[str, Request] = {}
         now = time.monotonic()

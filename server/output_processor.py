@@ -46,6 +46,8 @@ class OutputProcessor:
         elif (p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens) \
                 or seq.num_tokens >= self.max_model_len:
             seq.finish_reason = "length"
+        if seq.finish_reason is not None and stop_string is None:
+            self._detokenizers[seq.seq_id].flush()
         return seq.finish_reason is not None
 
     def abort(self, seq: Sequence) -> None:

@@ -39,7 +39,7 @@ class Sampler:
             logits = logits.clone()  # edited in place below; the caller's tensor stays as it was
             _apply_penalties(logits, seqs)
             self._apply_min_tokens(logits, seqs)
-        greedy = torch.tensor([s.params.greedy for s in seqs], device=logits.device)
+        greedy = torch.tensor([s.params.greedy for s in seqs], dtype=torch.bool, device=logits.device)
         tokens = logits.argmax(dim=-1)
         sampled_rows = (~greedy).nonzero().flatten()
         if sampled_rows.numel():
@@ -69,10 +69,10 @@ def _sample(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     top_p = torch.tensor([p.top_p for p in params], device=device)
     if (top_k < vocab).any() or (top_p < 1.0).any():
         sorted_logits, order = logits.sort(dim=-1, descending=True)
-        drop = torch.arange(vocab, device=device)[None, :] >= top_k[:, None]
+        sorted_logits.masked_fill_(torch.arange(vocab, device=device)[None, :] >= top_k[:, None], float("-inf"))
+        # Over what top-k kept, a token is dropped once the tokens before it cover top_p.
         sorted_probs = torch.softmax(sorted_logits, dim=-1)
-        # A token is dropped once the tokens before it already cover top_p.
-        drop |= (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) > top_p[:, None]
+        drop = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) > top_p[:, None]
         logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = torch.softmax(logits, dim=-1)
     min_p = torch.tensor([p.min_p for p in params], device=device)
@@ -83,7 +83,8 @@ def _sample(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     for i, seq in enumerate(seqs):
         if seq.generator is not None:
             noise[i] = torch.empty(vocab).exponential_(generator=seq.generator).to(device)
-    return (probs / noise).argmax(dim=-1)
+    # A zero draw would turn a dropped token's 0 / 0 into NaN, which argmax picks.
+    return (probs / noise.clamp_min_(1e-20)).argmax(dim=-1)
 
 
 def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:

@@ -72,9 +72,11 @@ class Scheduler:
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
+        # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
+        reserved = sum(_unforked(seq) for seq in self.running)
         while self.waiting and budget > 0:
             seq = self.waiting[0]
-            if len(self.running) + seq.request.params.n - len(seq.request.seqs) + 1 > self.max_num_seqs:
+            if len(self.running) + reserved + 1 + _unforked(seq) > self.max_num_seqs:
                 break
             cached = self.kv.cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.kv.block_size
@@ -83,9 +85,10 @@ class Scheduler:
             num_new = min(remaining, budget)
             if not self.kv.allocate(seq, num_new, cached):
                 break
-            self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
-            if seq.num_output_tokens == 0:
+            if not seq.preempted:  # a recomputation finding its own blocks is no cache hit
+                self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
                 seq.request.num_cached_tokens = seq.num_computed_tokens
+            reserved += _unforked(seq)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -97,6 +100,7 @@ class Scheduler:
         self.running.remove(seq)
         self.kv.free(seq)
         seq.num_computed_tokens = 0
+        seq.preempted = True
         seq.status = SequenceStatus.WAITING
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
@@ -119,3 +123,8 @@ class Scheduler:
             self.waiting.remove(seq)
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
+
+
+def _unforked(seq: Sequence) -> int:
+    """Siblings a sequence will still fork (n > 1, prompt not done yet)."""
+    return seq.request.params.n - len(seq.request.seqs)

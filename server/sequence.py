@@ -29,6 +29,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[bytes] = []  # content hashes of the leading full blocks
         self.status = SequenceStatus.WAITING
+        self.preempted = False  # recomputed after losing its blocks at least once
         self.finish_reason: str | None = None
         self.stop_reason: int | str | None = None
         self.logprobs: list[dict[int, Logprob]] = []  # per output token, when requested

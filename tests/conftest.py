@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-import pytest
+import os
 
-from tests.checkpoints import build_checkpoint
+# As `argosy serve` does, before torch loads OpenMP: the in-process test servers need a
+# responsive event loop beside the engine thread.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+
+from tests.checkpoints import build_checkpoint  # noqa: E402
 
 ARCHS = ("llama", "qwen2", "qwen3")
 

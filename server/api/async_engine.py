@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,7 @@ from argosy.server.outputs import RequestOutput
 from argosy.server.sequence import Request
 
 log = logging.getLogger("argosy.engine")
+SWITCH_INTERVAL_S = 0.0002
 
 
 class EngineOverloadedError(ArgosyError):
@@ -45,6 +47,10 @@ class AsyncEngine:
         self._waiting = 0  # requests in the scheduler's waiting queue, as of the last look
         self._running = 0
         self._stopped = False
+        # Between kernels the engine thread runs Python and holds the GIL; a short switch
+        # interval hands it to the event loop within a fraction of a millisecond, so requests
+        # are accepted (or refused) promptly while the engine is busy.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread = threading.Thread(target=self._run, name="argosy-engine", daemon=True)
         self._thread.start()
 

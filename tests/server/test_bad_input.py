@@ -23,6 +23,7 @@ def llm(llama_checkpoint) -> LLM:
     ({"prompt_token_ids": [5, 10 ** 6]}, SamplingParams(), "prompt", "1000000"),
     ({"prompt_token_ids": [5, -1]}, SamplingParams(), "prompt", "-1"),
     ("hi", SamplingParams(n=300), "n", "300"),
+    ("hi", SamplingParams(min_tokens=2, stop_token_ids=[10 ** 6]), "stop_token_ids", "1000000"),
     ({"text": "hi"}, SamplingParams(), "prompt", "prompt_token_ids"),
 ])
 def test_bad_requests_raise_and_leave_nothing_behind(llm, prompt, params, param, words):

@@ -76,10 +76,19 @@ def test_preemption_keeps_outputs_identical(checkpoints, references, arch):
     llm = engine(checkpoints[arch], kv_cache_memory=24 * block_bytes, max_model_len=384,
                  max_num_batched_tokens=128)
     assert llm.stats().kv_blocks_total == 24
-    assert run(llm, mixed_requests(32, seed=1)) == references[arch]
+    requests = mixed_requests(32, seed=1)
+    assert run(llm, requests) == references[arch]
     stats = llm.stats()
     assert stats.num_preemptions > 0
     assert stats.kv_blocks_used == 0
+    # A recomputed sequence finding its own old blocks is not counted as a cache query again.
+    assert stats.prefix_cache_queries == sum(len(p) for p, _ in requests)
+
+
+def test_prompt_longer_than_the_step_budget_is_prefilled_in_chunks_alone(checkpoints):
+    prompt = list(range(3, 103))
+    expected = reference_greedy(load_reference(checkpoints["qwen3"]), prompt, 5)
+    assert run(engine(checkpoints["qwen3"], max_num_batched_tokens=16), [(prompt, 5)]) == [expected]
 
 
 def test_first_step_logits_match_transformers(checkpoints):

@@ -49,6 +49,18 @@ def test_n8_stores_the_prompt_once_and_copies_the_shared_block_on_write(llama_ch
     assert engine.stats().kv_blocks_used == 0
 
 
+def test_forks_never_push_the_batch_past_max_num_seqs(llama_checkpoint):
+    llm = make_llm(llama_checkpoint, max_num_seqs=4, max_num_batched_tokens=16)
+    engine = llm.engine
+    for i in range(3):
+        engine.add_request(str(i), PROMPT, SamplingParams(n=3, max_tokens=5, ignore_eos=True))
+    finished = []
+    while engine.has_unfinished_requests():
+        finished += [o for o in engine.step() if o.finished]
+        assert len(engine.scheduler.running) <= 4
+    assert sorted(len(o.outputs) for o in finished) == [3, 3, 3]
+
+
 def test_greedy_n8_children_all_equal_the_single_greedy_output(llama_checkpoint):
     llm = make_llm(llama_checkpoint)
     single = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(temperature=0.0, max_tokens=20,

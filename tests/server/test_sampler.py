@@ -42,6 +42,12 @@ def test_top_k_and_top_p_keep_exactly_the_allowed_tokens():
     assert seen_p == {0, 1}  # 0.5 + 0.3 covers 0.8: the third token is dropped
 
 
+def test_top_p_applies_to_what_top_k_kept():
+    # After top-k=2 the two survivors weigh 4/7 and 3/7; top-p=0.5 keeps only the first.
+    logits = [[math.log(p) for p in (0.4, 0.3, 0.1, 0.1, 0.1)]] * 300
+    assert set(sample(logits, *[seq(top_k=2, top_p=0.5, seed=i) for i in range(300)]).token_ids) == {0}
+
+
 def test_sampling_follows_the_distribution():
     probs = (0.6, 0.3, 0.1)
     logits = [[math.log(p) for p in probs]] * 6000

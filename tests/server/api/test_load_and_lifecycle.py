@@ -1,0 +1,118 @@
+"""Many clients at once, clients that leave, a full waiting queue, and the metrics that
+report all of it."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import pytest
+
+from argosy import LLM, SamplingParams
+from tests.server.api.conftest import MODEL, run_server
+
+
+async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> str:
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    text = ""
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                import json
+
+                text += json.loads(line[6:])["choices"][0]["text"] if json.loads(line[6:])["choices"] else ""
+    return text
+
+
+def test_64_concurrent_streams_equal_the_offline_engine(server, llama_checkpoint):
+    prompts = [f"request {i}: " + "fox " * (i % 7) for i in range(64)]
+    lengths = [4 + i % 13 for i in range(64)]
+    offline = LLM(str(llama_checkpoint), dtype="float32").generate(
+        prompts, [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths])
+
+    async def run_all() -> list[str]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+            return await asyncio.gather(*(stream_text(client, p, n) for p, n in zip(prompts, lengths)))
+
+    assert asyncio.run(run_all()) == [o.outputs[0].text for o in offline]
+    assert server.engine.stats().kv_blocks_used == 0
+    assert server.metric("argosy_kv_cache_usage_ratio") == 0.0
+    assert server.metric("argosy_num_requests_running") == 0.0
+
+
+def test_a_client_that_disconnects_has_its_sequence_aborted(server):
+    body = {"model": MODEL, "prompt": "long story", "max_tokens": 400, "stream": True, "ignore_eos": True}
+    aborted_before = server.metric("argosy_request_success_total", finished_reason="abort")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        with client.stream("POST", "/v1/completions", json=body) as response:
+            lines = response.iter_lines()
+            while not next(lines).startswith("data: "):
+                pass
+            assert server.engine.stats().num_running == 1 and server.engine.stats().kv_blocks_used > 0
+    wait_for(lambda: server.engine.stats().num_running == 0)
+    assert server.engine.stats().kv_blocks_used == 0
+    wait_for(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
+
+
+def test_a_non_streaming_client_that_disconnects_is_aborted_too(server):
+    body = {"model": MODEL, "prompt": "long story", "max_tokens": 450, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.5)
+    wait_for(lambda: server.engine.stats().num_running == 0 and server.engine.stats().kv_blocks_used == 0)
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpoint):
+    with run_server(llama_checkpoint, max_num_seqs=1, max_waiting_requests=2) as srv:
+        tokens_before = srv.metric("argosy_generation_tokens_total")
+        body = {"model": MODEL, "prompt": "hello", "max_tokens": 400, "ignore_eos": True}
+        results: list[httpx.Response] = []
+
+        def post() -> None:
+            results.append(httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120))
+
+        threads = [threading.Thread(target=post) for _ in range(3)]  # one running, two waiting
+        for t in threads:
+            t.start()
+        wait_for(lambda: srv.state.engine.num_waiting == 2)
+        assert srv.metric("argosy_num_requests_waiting") == 2
+        start = time.monotonic()
+        rejected = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=10)
+        assert time.monotonic() - start < 2.0
+        assert rejected.status_code == 503 and rejected.headers["retry-after"] == "1"
+        assert rejected.json()["error"]["code"] == "overloaded"
+        for t in threads:
+            t.join()
+        assert [r.status_code for r in results] == [200, 200, 200]
+        assert srv.metric("argosy_num_requests_waiting") == 0
+        served = sum(r.json()["usage"]["completion_tokens"] for r in results)
+        assert served == 1200
+        assert srv.metric("argosy_generation_tokens_total") - tokens_before == served
+        prompt_tokens = sum(r.json()["usage"]["prompt_tokens"] for r in results)
+        assert srv.metric("argosy_prompt_tokens_total") == prompt_tokens
+        assert srv.metric("argosy_time_to_first_token_seconds_count") == 3
+        assert srv.metric("argosy_e2e_request_latency_seconds_count") == 3
+        assert srv.metric("argosy_request_queue_time_seconds_count") == 3
+        assert srv.metric("argosy_inter_token_latency_seconds_count") == 3 * 399
+        assert srv.metric("argosy_request_success_total", finished_reason="length") == 3
+        assert srv.metric("argosy_request_queue_time_seconds_sum") > 0
+
+
+def test_prefix_cache_and_preemption_counters(llama_checkpoint):
+    with run_server(llama_checkpoint) as srv:
+        body = {"model": MODEL, "prompt": "fox " * 40, "max_tokens": 2}
+        for _ in range(2):
+            assert httpx.post(f"{srv.url}/v1/completions", json=body).status_code == 200
+        stats = srv.engine.stats()
+        assert srv.metric("argosy_prefix_cache_queries_total") == stats.prefix_cache_queries > 0
+        assert srv.metric("argosy_prefix_cache_hits_total") == stats.prefix_cache_hits > 0
+        assert srv.metric("argosy_num_preemptions_total") == stats.num_preemptions
