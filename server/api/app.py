@@ -109,7 +109,8 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
 
 
 class BodySizeLimit:
-    """Answers 413 to a body larger than `limit` bytes, whether announced or streamed."""
+    """Answers 413 to a body larger than `limit` bytes, whether announced or streamed. A
+    streamed body that overflows is answered here, and the app sees a disconnect."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
@@ -120,18 +121,23 @@ class BodySizeLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             return await self._reject(send)
-        received = 0
+        received, rejected = 0, False
 
         async def limited_receive():
-            nonlocal received
+            nonlocal received, rejected
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.limit:
-                raise APIError(413, f"request body exceeds {self.limit} bytes", "invalid_request_error",
-                               code="request_too_large")
+            if received > self.limit and not rejected:
+                rejected = True
+                await self._reject(send)
+                return {"type": "http.disconnect"}
             return message
 
-        await self.app(scope, limited_receive, send)
+        async def guarded_send(message):
+            if not rejected:
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
 
     async def _reject(self, send) -> None:
         response = JSONResponse(error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error",
