@@ -19,4 +19,4 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_readme_run_command_uses_the_installed_cli():
     run_command = readme_commands()[0]
-    assert run_command.startswith("pip install torch==2.13.0 -e . ") and "argosy " in run_command
+    assert run_command.startswith("pip install torch==2.13.0 -e . ") and run_command.endswith("argosy serve")

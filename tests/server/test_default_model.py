@@ -20,3 +20,16 @@ def test_default_model_answers_paris():
                    SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop"
+
+
+def test_server_without_a_model_serves_the_default_model():
+    from tests.server.api.conftest import run_server
+
+    with run_server(None, served_model_name=None, dtype="auto", kv_cache_memory=None) as srv:
+        client = srv.client()
+        assert [m.id for m in client.models.list().data] == [DEFAULT_MODEL_NAME]
+        answer = client.chat.completions.create(
+            model=DEFAULT_MODEL_NAME, temperature=0, max_tokens=32,
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+        assert "Paris" in answer.choices[0].message.content
+        assert srv.metric("argosy_request_success_total", finished_reason="stop") == 1

@@ -42,7 +42,7 @@ class RunningServer:
     def metric(self, name: str, **labels) -> float:
         """The value of one series from /metrics (0 if absent)."""
         text = httpx.get(f"{self.url}/metrics").text
-        want = {"model_name": MODEL, **labels}
+        want = {"model_name": self.state.model_name, **labels}
         for line in text.splitlines():
             if line.startswith(name + "{") or line.startswith(name + " "):
                 series, value = line.rsplit(" ", 1)
@@ -55,8 +55,10 @@ class RunningServer:
 @contextmanager
 def run_server(checkpoint, **settings) -> Iterator[RunningServer]:
     engine_settings = {k: settings.pop(k) for k in list(settings) if k in EngineConfig.__dataclass_fields__}
-    engine = EngineConfig(model=str(checkpoint), served_model_name=MODEL, dtype="float32",
-                          kv_cache_memory=8 << 20, **engine_settings)
+    engine_settings.setdefault("served_model_name", MODEL)
+    engine_settings.setdefault("dtype", "float32")
+    engine_settings.setdefault("kv_cache_memory", 8 << 20)
+    engine = EngineConfig(model=str(checkpoint) if checkpoint else None, **engine_settings)
     config = ServerConfig(engine=engine, port=free_port(), **settings)
     app = build_app(config, load_in_background=False)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=config.port, log_config=None,
