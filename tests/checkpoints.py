@@ -34,12 +34,12 @@ def write_tokenizer(folder: Path, vocab_size: int) -> int:
 
 
 def build_checkpoint(folder: Path, arch: str, seed: int = 0, **overrides) -> Path:
-    """Writes a tiny random `arch` ("llama", "qwen2", "qwen3") checkpoint into folder."""
-    from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                              Qwen3ForCausalLM)
+    """Writes a tiny random `arch` ("llama", "qwen2", "qwen3", "mistral") checkpoint into folder."""
+    from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
     classes = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-               "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+               "qwen3": (Qwen3Config, Qwen3ForCausalLM), "mistral": (MistralConfig, MistralForCausalLM)}
     folder.mkdir(parents=True, exist_ok=True)
     vocab = write_tokenizer(folder, 320)
     config_cls, model_cls = classes[arch]

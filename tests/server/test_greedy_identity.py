@@ -103,3 +103,31 @@ def test_first_step_logits_match_transformers(checkpoints):
         with torch.inference_mode():
             expected = torch.stack([model(torch.tensor([p])).logits[0, -1] for p in prompts])
         torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+LONG_PROMPT = [(7 * i) % 290 + 3 for i in range(150)]  # positions well past the original context
+
+
+@pytest.mark.parametrize("name, arch, overrides", [
+    ("llama3-rope", "llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
+                                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                  "original_max_position_embeddings": 64}}),
+    ("linear-rope", "llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}),
+    ("tied-embeddings", "qwen2", {"tie_word_embeddings": True}),
+    ("mistral", "mistral", {"sliding_window": None}),
+])
+def test_architecture_variants_match_transformers(tmp_path, name, arch, overrides):
+    from tests.checkpoints import build_checkpoint
+
+    path = build_checkpoint(tmp_path / name, arch, **overrides)
+    expected = reference_greedy(load_reference(path), LONG_PROMPT, 20)
+    assert run(engine(path), [(LONG_PROMPT, 20)]) == [expected]
+
+
+def test_mistral_sliding_window_caps_the_context(tmp_path):
+    from tests.checkpoints import build_checkpoint
+
+    path = build_checkpoint(tmp_path / "mistral-sw", "mistral", sliding_window=256)
+    assert engine(path).engine.limits.max_model_len == 256
+    with pytest.raises(Exception, match="sliding_window"):
+        engine(path, max_model_len=400)
