@@ -33,7 +33,8 @@ def write_tokenizer(folder: Path, vocab_size: int) -> int:
     return tok.get_vocab_size()
 
 
-def build_checkpoint(folder: Path, arch: str, seed: int = 0, **overrides) -> Path:
+def build_checkpoint(folder: Path, arch: str, seed: int = 0, max_shard_size: str | None = None,
+                     **overrides) -> Path:
     """Writes a tiny random `arch` ("llama", "qwen2", "qwen3", "mistral") checkpoint into folder."""
     from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                               Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
@@ -56,7 +57,7 @@ def build_checkpoint(folder: Path, arch: str, seed: int = 0, **overrides) -> Pat
                 param.normal_(std=0.3)
             elif name.endswith("norm.weight"):
                 param.mul_(1 + 0.2 * torch.randn_like(param))
-    model.save_pretrained(folder)
+    model.save_pretrained(folder, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
     return folder
 
 

@@ -124,6 +124,15 @@ def test_architecture_variants_match_transformers(tmp_path, name, arch, override
     assert run(engine(path), [(LONG_PROMPT, 20)]) == [expected]
 
 
+def test_sharded_checkpoint_with_index_loads(tmp_path):
+    from tests.checkpoints import build_checkpoint
+
+    path = build_checkpoint(tmp_path / "sharded", "qwen3", max_shard_size="40KB")
+    assert len(list(path.glob("*.safetensors"))) > 3 and (path / "model.safetensors.index.json").is_file()
+    expected = reference_greedy(load_reference(path), LONG_PROMPT, 10)
+    assert run(engine(path), [(LONG_PROMPT, 10)]) == [expected]
+
+
 def test_mistral_sliding_window_caps_the_context(tmp_path):
     from tests.checkpoints import build_checkpoint
 
