@@ -1,0 +1,108 @@
+"""InferenceService -> the Deployment of `argosy serve` pods."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from argosy.operator.labels import labels, metadata, selector_labels
+from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, EngineSpec, InferenceServiceSpec, Owner
+
+RUN_AS_USER = 10001
+PRE_STOP_SLEEP_SECONDS = 5  # lets endpoint removal reach the proxies before the drain starts
+STARTUP_PERIOD_SECONDS = 10
+
+
+def server_args(spec: InferenceServiceSpec) -> list[str]:
+    """The `argosy serve` command line for this spec."""
+    e: EngineSpec = spec.engine
+    args = ["serve", "--model", f"{MODEL_MOUNT}/{spec.model.path}", "--served-model-name", spec.model.name,
+            "--host", "0.0.0.0", "--port", str(SERVER_PORT), "--log-format", "json",
+            "--dtype", e.dtype, "--block-size", str(e.blockSize), "--max-num-seqs", str(e.maxNumSeqs),
+            "--gpu-memory-utilization", str(e.gpuMemoryUtilization),
+            "--max-waiting-requests", str(e.maxWaitingRequests), "--shutdown-timeout", str(e.shutdownTimeoutSeconds)]
+    optional = {"--max-model-len": e.maxModelLen, "--max-num-batched-tokens": e.maxNumBatchedTokens,
+                "--kv-cache-memory": e.kvCacheMemory}
+    args += [item for flag, value in optional.items() if value is not None for item in (flag, str(value))]
+    args.append("--enable-prefix-caching" if e.enablePrefixCaching else "--no-enable-prefix-caching")
+    args.append("--enable-chunked-prefill" if e.enableChunkedPrefill else "--no-enable-chunked-prefill")
+    return args
+
+
+def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
+    deployment_spec: dict[str, Any] = {
+        "selector": {"matchLabels": selector_labels(owner)},
+        "revisionHistoryLimit": 3,
+        "template": {"metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
+                     "spec": _pod_spec(spec)},
+    }
+    if spec.autoscaling is None:  # with autoscaling, the replica count belongs to KEDA's HPA
+        deployment_spec["replicas"] = spec.replicas
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(owner), "spec": deployment_spec}
+
+
+def _pod_annotations(spec: InferenceServiceSpec) -> dict[str, str]:
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(SERVER_PORT),
+            "prometheus.io/path": "/metrics", **spec.podAnnotations}
+
+
+def _pod_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "containers": [_container(spec)],
+        "volumes": [_model_volume(spec),
+                    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shmSize}},
+                    {"name": "tmp", "emptyDir": {}}],
+        # The server drains for up to shutdownTimeoutSeconds after the preStop pause.
+        "terminationGracePeriodSeconds": spec.engine.shutdownTimeoutSeconds + PRE_STOP_SLEEP_SECONDS + 15,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                            "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+        "enableServiceLinks": False,
+    }
+    node_selector = {**spec.model.nodeSelector, **spec.nodeSelector}
+    optional = {"nodeSelector": node_selector, "tolerations": spec.tolerations, "affinity": spec.affinity,
+                "imagePullSecrets": spec.imagePullSecrets, "serviceAccountName": spec.serviceAccountName,
+                "priorityClassName": spec.priorityClassName}
+    pod.update({k: v for k, v in optional.items() if v})
+    return pod
+
+
+def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
+    env = [{"name": "HOME", "value": "/tmp"}, {"name": "ARGOSY_CACHE", "value": "/tmp/argosy"},
+           {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    if spec.engine.apiKeySecretRef is not None:
+        ref = spec.engine.apiKeySecretRef
+        env.append({"name": "ARGOSY_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    health = {"httpGet": {"path": "/health", "port": "http"}}
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": spec.image,
+        "imagePullPolicy": spec.imagePullPolicy,
+        "command": ["argosy"],
+        "args": server_args(spec),
+        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "env": env,
+        "volumeMounts": [{"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
+                         {"name": "shm", "mountPath": "/dev/shm"},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+        "startupProbe": {**health, "periodSeconds": STARTUP_PERIOD_SECONDS, "timeoutSeconds": 5,
+                         "failureThreshold": math.ceil(spec.startupTimeoutSeconds / STARTUP_PERIOD_SECONDS)},
+        "readinessProbe": {**health, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
+        # Liveness asks only whether the process answers: /health is 503 while draining.
+        "livenessProbe": {"httpGet": {"path": "/live", "port": "http"}, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_SECONDS)]}}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.resources:
+        container["resources"] = spec.resources
+    return container
+
+
+def _model_volume(spec: InferenceServiceSpec) -> dict[str, Any]:
+    if spec.model.persistentVolumeClaim is not None:
+        return {"name": "model", "persistentVolumeClaim": {"claimName": spec.model.persistentVolumeClaim.claimName,
+                                                           "readOnly": True}}
+    # type Directory: a node without the NVMe folder fails the mount visibly instead of
+    # silently creating an empty folder.
+    return {"name": "model", "hostPath": {"path": spec.model.hostPath, "type": "Directory"}}

@@ -1,0 +1,75 @@
+"""kopf handlers. Each is short: find the InferenceService, reconcile it, record the status,
+post an Event when something changed. The decisions live in reconcile.py and the builders."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from typing import Any
+
+import kopf
+
+from argosy.operator.kube import INFERENCE_SERVICE, KubeClient
+from argosy.operator.labels import MANAGED_BY, OWNER_LABEL
+from argosy.operator.reconcile import reconcile
+from argosy.operator.spec import GROUP, PLURAL, VERSION
+from argosy.operator.status import ready_condition
+
+MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
+# Problems that may clear by themselves (KEDA installed later, a conflicting object removed):
+# retried with growing delays, never in a hot loop.
+RETRYABLE = {"ResourceConflict", "KEDANotInstalled", "APIError"}
+MAX_RETRY_DELAY = 300
+
+_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.WARNING  # Events come from reconcile_service, not from log lines
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="argosy.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="argosy.dev", key="last-handled-configuration")
+    memo.kube = KubeClient.from_environment()
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def reconcile_service(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    problem = _reconcile(memo.kube, dict(body))
+    if problem is not None and problem.reason in RETRYABLE:
+        raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2 ** retry))
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+@kopf.on.event("v1", "services", labels=MANAGED)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
+@kopf.on.event("v1", "pods", labels=MANAGED)
+def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """An owned object changed (rollout progress, a pod failing, someone's edit): reconcile
+    its InferenceService so that status follows and drift is put back."""
+    meta = body.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(OWNER_LABEL)
+    if name is None:
+        return
+    owner = memo.kube.get(INFERENCE_SERVICE, meta["namespace"], name)
+    if owner is not None and not (owner.get("metadata") or {}).get("deletionTimestamp"):
+        _reconcile(memo.kube, owner)
+
+
+def _reconcile(kube: KubeClient, body: dict[str, Any]):
+    meta = body["metadata"]
+    with _locks[meta["namespace"], meta["name"]]:
+        result = reconcile(kube, body)
+        before = body.get("status") or {}
+        if result.status != {k: before.get(k) for k in result.status}:
+            kube.patch(INFERENCE_SERVICE, meta["namespace"], meta["name"], {"status": result.status},
+                       subresource="status")
+    for change in result.changes:
+        kopf.info(body, reason="Reconciled", message=change)
+    was, now = ready_condition(before) or {}, ready_condition(result.status) or {}
+    if (was.get("status"), was.get("reason")) != (now.get("status"), now.get("reason")):
+        post = kopf.info if now.get("status") == "True" or now.get("reason") == "Progressing" else kopf.warn
+        post(body, reason=now.get("reason", "Unknown"), message=now.get("message", ""))
+    return result.problem

@@ -1,0 +1,95 @@
+"""KubeClient: the few Kubernetes API calls the operator makes, for any kind, through the
+official client. The verbs used here are exactly those in `argosy.operator.rbac.RULES`."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        return path + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+
+
+DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
+SERVICE = Kind("", "v1", "services", "Service")
+PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
+POD = Kind("", "v1", "pods", "Pod")
+INFERENCE_SERVICE = Kind("argosy.dev", "v1alpha1", "inferenceservices", "InferenceService")
+
+
+class KindNotInstalled(Exception):
+    """The API server does not serve this kind (e.g. KEDA's CRDs are absent)."""
+
+
+class KubeClient:
+    def __init__(self, api: client.ApiClient):
+        self.api = api
+
+    @classmethod
+    def from_environment(cls) -> KubeClient:
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            # The client reads $KUBECONFIG only when imported; read it now.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", kind.path(namespace, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, kind: Kind, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return self._call("GET", kind.path(namespace), query=[("labelSelector", label_selector)])["items"]
+
+    def create(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._call("POST", kind.path(body["metadata"]["namespace"]), body=body)
+        except ApiException as exc:
+            if exc.status == 404:  # the collection itself is missing
+                raise KindNotInstalled(f"{kind.plural}.{kind.group or 'core'}/{kind.version}") from exc
+            raise
+
+    def patch(self, kind: Kind, namespace: str, name: str, body: dict[str, Any],
+              subresource: str | None = None) -> dict[str, Any]:
+        return self._call("PATCH", kind.path(namespace, name, subresource), body=body,
+                          content_type="application/merge-patch+json")
+
+    def delete(self, kind: Kind, namespace: str, name: str) -> None:
+        try:
+            self._call("DELETE", kind.path(namespace, name))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> Any:
+        request = self.api.param_serialize(method, path, query_params=query or [], body=body,
+                                           header_params={"Accept": "application/json", "Content-Type": content_type},
+                                           auth_settings=["BearerToken"])
+        response = self.api.call_api(*request)
+        response.read()
+        # Raises ApiException (with .status) for anything but 2xx.
+        return self.api.response_deserialize(response, {"2XX": "object"}).data

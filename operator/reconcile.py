@@ -1,0 +1,112 @@
+"""One reconciliation of an InferenceService: build the desired objects, create what is
+missing, put back what drifted, leave alone what is right, and compute the status. The
+decisions are the pure builders'; this module only carries them to the API."""
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from argosy.operator.deployment import build_deployment
+from argosy.operator.drift import differences
+from argosy.operator.kube import DEPLOYMENT, PDB, POD, SCALED_OBJECT, SERVICE, Kind, KindNotInstalled, KubeClient
+from argosy.operator.labels import selector_string
+from argosy.operator.scaledobject import build_scaled_object
+from argosy.operator.service import build_pdb, build_service
+from argosy.operator.spec import InferenceServiceSpec, Owner
+from argosy.operator.status import Problem, compute_status
+
+
+@dataclass
+class ReconcileResult:
+    status: dict[str, Any]
+    problem: Problem | None
+    changes: list[str] = field(default_factory=list)  # "created Deployment x", "restored Service x"
+
+
+def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind, dict[str, Any]]]:
+    objects = [(DEPLOYMENT, build_deployment(owner, spec)), (SERVICE, build_service(owner)),
+               (PDB, build_pdb(owner, spec))]
+    if spec.autoscaling is not None:
+        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec.autoscaling)))
+    return objects
+
+
+def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
+    owner = Owner.from_body(body)
+    previous = (body.get("status") or {}).get("conditions") or []
+    changes: list[str] = []
+    problem: Problem | None = None
+    try:
+        spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:  # the CRD schema should have stopped this
+        problem = Problem("InvalidSpec", str(exc).splitlines()[0])
+        return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
+    for kind, desired in desired_objects(owner, spec):
+        try:
+            change = apply(kube, kind, desired, owner)
+        except NotOwned as exc:
+            problem = problem or Problem("ResourceConflict", str(exc))
+        except KindNotInstalled:
+            problem = problem or Problem("KEDANotInstalled", "autoscaling needs KEDA: the ScaledObject kind "
+                                                             "(keda.sh/v1alpha1) is not served by this cluster")
+        except ApiException as exc:
+            problem = problem or Problem("APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}")
+        else:
+            if change:
+                changes.append(f"{change} {kind.kind} {owner.name}")
+    if spec.autoscaling is None and _remove_scaled_object(kube, owner):
+        changes.append(f"deleted ScaledObject {owner.name}")
+    deployment = kube.get(DEPLOYMENT, owner.namespace, owner.name)
+    if deployment is not None and not _owned(deployment, owner):
+        deployment = None
+    pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
+    return ReconcileResult(compute_status(owner, deployment, pods, problem, previous, _now()), problem, changes)
+
+
+class NotOwned(Exception):
+    """An object of the wanted name exists but belongs to someone else; we never take it over."""
+
+
+def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -> str | None:
+    """Creates or restores one object; returns what it did, or None when it was already right."""
+    meta = desired["metadata"]
+    live = kube.get(kind, meta["namespace"], meta["name"])
+    if live is None:
+        try:
+            kube.create(kind, desired)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            live = kube.get(kind, meta["namespace"], meta["name"])  # created meanwhile: check it instead
+        else:
+            return "created"
+    if live is None or not _owned(live, owner):
+        raise NotOwned(f"{kind.kind} {meta['namespace']}/{meta['name']} exists and is not owned by "
+                       f"InferenceService {owner.name}; delete or rename it")
+    if differences(desired, live):
+        kube.patch(kind, meta["namespace"], meta["name"], desired)
+        return "updated"
+    return None
+
+
+def _remove_scaled_object(kube: KubeClient, owner: Owner) -> bool:
+    try:
+        live = kube.get(SCALED_OBJECT, owner.namespace, owner.name)
+    except ApiException:
+        return False
+    if live is None or not _owned(live, owner):
+        return False
+    kube.delete(SCALED_OBJECT, owner.namespace, owner.name)
+    return True
+
+
+def _owned(obj: dict[str, Any], owner: Owner) -> bool:
+    return any(ref.get("uid") == owner.uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
