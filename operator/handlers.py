@@ -36,8 +36,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile_service(body: kopf.Body, memo: kopf.Memo, retry: int, **_: Any) -> None:
-    problem = _reconcile(memo.kube, dict(body))
+def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
+    problem = _reconcile(memo.kube, namespace, name)
     if problem is not None and problem.reason in RETRYABLE:
         raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2 ** retry))
 
@@ -51,25 +51,26 @@ def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     its InferenceService so that status follows and drift is put back."""
     meta = body.get("metadata") or {}
     name = (meta.get("labels") or {}).get(OWNER_LABEL)
-    if name is None:
-        return
-    owner = memo.kube.get(INFERENCE_SERVICE, meta["namespace"], name)
-    if owner is not None and not (owner.get("metadata") or {}).get("deletionTimestamp"):
-        _reconcile(memo.kube, owner)
+    if name is not None:
+        _reconcile(memo.kube, meta["namespace"], name)
 
 
-def _reconcile(kube: KubeClient, body: dict[str, Any]):
-    meta = body["metadata"]
-    with _locks[meta["namespace"], meta["name"]]:
+def _reconcile(kube: KubeClient, namespace: str, name: str):
+    """Reconciles the InferenceService as it is now. Reconciles of one service never overlap,
+    and each reads the spec afresh, so a late one never undoes a newer spec."""
+    with _locks[namespace, name]:
+        body = kube.get(INFERENCE_SERVICE, namespace, name)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return None
         result = reconcile(kube, body)
         before = body.get("status") or {}
         if result.status != {k: before.get(k) for k in result.status}:
-            kube.patch(INFERENCE_SERVICE, meta["namespace"], meta["name"], {"status": result.status},
-                       subresource="status")
+            kube.patch(INFERENCE_SERVICE, namespace, name, {"status": result.status}, subresource="status")
     for change in result.changes:
-        kopf.info(body, reason="Reconciled", message=change)
+        kopf.event(body, type="Normal", reason="Reconciled", message=change)
     was, now = ready_condition(before) or {}, ready_condition(result.status) or {}
     if (was.get("status"), was.get("reason")) != (now.get("status"), now.get("reason")):
-        post = kopf.info if now.get("status") == "True" or now.get("reason") == "Progressing" else kopf.warn
-        post(body, reason=now.get("reason", "Unknown"), message=now.get("message", ""))
+        healthy = now.get("status") == "True" or now.get("reason") == "Progressing"
+        kopf.event(body, type="Normal" if healthy else "Warning", reason=now.get("reason", "Unknown"),
+                   message=now.get("message", ""))
     return result.problem

@@ -88,7 +88,7 @@ async def eventually(check, timeout: float = 15.0, interval: float = 0.1):
             result = check()
             if result is not None and result is not False:
                 return result
-        except (AssertionError, KeyError):
+        except (AssertionError, KeyError, TypeError):
             if time.monotonic() > deadline:
                 raise
         if time.monotonic() > deadline:
@@ -110,3 +110,29 @@ def inference_service(name: str = "llama", **spec: Any) -> dict[str, Any]:
     base.update(spec)
     return {"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
             "metadata": {"name": name, "namespace": NS}, "spec": base}
+
+
+def path(resource, name: str | None = None, namespace: str = NS, subresource: str | None = None) -> str:
+    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    result = f"{base}/namespaces/{namespace}/{resource.plural}"
+    return result + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+
+
+async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int) -> None:
+    """Plays the Deployment controller: the rollout of the current generation has `ready` pods."""
+    deployment = live(emulator, DEPLOYMENTS, name)
+    replicas = deployment["spec"].get("replicas", 1)
+    status = {"observedGeneration": deployment["metadata"]["generation"], "replicas": replicas,
+              "updatedReplicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+    await emulator.patch(path(DEPLOYMENTS, name, subresource="status"), json={"status": status},
+                         headers={"Content-Type": "application/merge-patch+json"})
+
+
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+
+
+def writes(emulator: ClusterEmulator, since: int = 0) -> list:
+    """Create/patch/put/delete requests the emulator saw after request number `since`."""
+    return [r for r in list(emulator)[since:] if r.method.value in ("POST", "PATCH", "PUT", "DELETE")
+            and r.resource is not None and r.resource.plural != "events"]

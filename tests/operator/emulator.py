@@ -14,7 +14,8 @@ import aiohttp.web
 import jsonpatch
 import kmock
 from kmock._internal import apps, enums
-from kmock._internal.k8s import KubernetesError, KubernetesObjectConflictError, KubernetesObjectNotFoundError
+from kmock._internal.k8s import (KubernetesError, KubernetesObjectConflictError, KubernetesObjectNotFoundError,
+                                 KubernetesResourceNotFoundError)
 
 NOT_SPEC = ("metadata", "status", "apiVersion", "kind")
 
@@ -30,27 +31,32 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         if request.resource is None or request.action in (enums.action.LIST, enums.action.WATCH,
                                                           enums.action.FETCH) and request.method != "PUT":
             return await apps.RawHandler._handle(self, request)
+        if not any(request.resource == declared for declared in self.resources):
+            raise KubernetesResourceNotFoundError()  # e.g. a CRD that is not installed
         async with self._lock:
             if request.method == "PUT" and request.name:
                 obj = await self._replace(request)
-                return aiohttp.web.json_response(obj)
-            if request.action == enums.action.CREATE:
-                await self._create(request)
+            elif request.action == enums.action.CREATE:
+                obj = await self._create(request)
             elif request.action == enums.action.UPDATE and request.name:
-                await self._patch(request)
+                obj = await self._patch(request)
             elif request.action == enums.action.DELETE and request.name:
-                await self._delete(request.resource, request.namespace, request.name)
-        return await apps.RawHandler._handle(self, request)
+                obj = await self._delete(request.resource, request.namespace, request.name)
+            else:
+                return await apps.RawHandler._handle(self, request)
+        return aiohttp.web.json_response(obj)
 
     def _stamp(self, meta: dict[str, Any]) -> None:
         meta["resourceVersion"] = str(next(self._versions))
 
-    async def _create(self, request) -> None:
+    async def _create(self, request) -> dict[str, Any]:
         obj = copy.deepcopy(request.data)
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", request.namespace)
         if request.namespace is None:
             meta.pop("namespace")
+        if "name" not in meta and "generateName" in meta:
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         key = (request.resource, meta.get("namespace"), meta["name"])
         if key in self._objects and not self._objects[key].deleted:
             raise KubernetesObjectConflictError()
@@ -64,6 +70,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         else:
             self._objects[key] = obj
         await self._buses[request.resource].put({"type": "ADDED", "object": obj})
+        return obj
 
     def _existing(self, resource, namespace, name) -> dict[str, Any]:
         key = (resource, namespace, name)
@@ -71,7 +78,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             raise KubernetesObjectNotFoundError()
         return copy.deepcopy(self._objects[key].raw)
 
-    async def _patch(self, request) -> None:
+    async def _patch(self, request) -> dict[str, Any]:
         current = self._existing(request.resource, request.namespace, request.name)
         try:
             patched = (jsonpatch.apply_patch(current, request.data) if isinstance(request.data, list)
@@ -84,7 +91,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             new = patched
             if self.has_status_subresource(request.resource) and "status" in current:
                 new["status"] = current["status"]
-        await self._store(request.resource, current, new)
+        return await self._store(request.resource, current, new)
 
     async def _replace(self, request) -> dict[str, Any]:
         current = self._existing(request.resource, request.namespace, request.name)
@@ -110,17 +117,18 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             await self._buses[resource].put({"type": "MODIFIED", "object": new})
         return new
 
-    async def _delete(self, resource, namespace, name) -> None:
+    async def _delete(self, resource, namespace, name) -> dict[str, Any]:
         current = self._existing(resource, namespace, name)
         if current["metadata"].get("deletionTimestamp"):
-            return
+            return current
         if current["metadata"].get("finalizers"):
             current["metadata"]["deletionTimestamp"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
             self._stamp(current["metadata"])
             self._objects[resource, namespace, name].create(current)
             await self._buses[resource].put({"type": "MODIFIED", "object": current})
-            return
+            return current
         await self._remove((resource, namespace, name))
+        return current
 
     async def _remove(self, key) -> None:
         """Deletes an object, then (as the garbage collector would) every object it owns."""
