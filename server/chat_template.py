@@ -29,8 +29,9 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
                                       param=f"messages[{i}].role")
         content = message.get("content")
         if isinstance(content, list):
-            if not all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-                raise InvalidRequestError(f"messages[{i}].content: only text parts are supported",
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise InvalidRequestError(f"messages[{i}].content: only text parts with string text are supported",
                                           param=f"messages[{i}].content")
             content = "".join(p.get("text", "") for p in content)
         if content is not None and not isinstance(content, str):

@@ -94,6 +94,8 @@ class LLMEngine:
         return Request(request_id, text, token_ids, params, arrival_time or time.monotonic())
 
     def enqueue(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise InvalidRequestError(f"request id {request.request_id!r} is already in use", param="request_id")
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.requests[request.request_id] = request

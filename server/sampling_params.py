@@ -1,6 +1,7 @@
 """SamplingParams: how one request is decoded. Names and defaults follow vLLM."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from argosy.server.errors import InvalidRequestError
@@ -72,8 +73,11 @@ class SamplingParams:
                "stop strings must be non-empty strings")
         _check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids",
                f"stop_token_ids must be non-negative integers, got {self.stop_token_ids}")
-        _check(self.seed is None or isinstance(self.seed, int), "seed",
-               f"seed must be an integer, got {self.seed!r}")
+        _check(self.seed is None or (isinstance(self.seed, int) and -2 ** 63 <= self.seed < 2 ** 63), "seed",
+               f"seed must be an integer in [-2^63, 2^63), got {self.seed!r}")
+        _check(self.top_k < 2 ** 31, "top_k", f"top_k must be below 2^31, got {self.top_k}")
+        for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+            _check(math.isfinite(getattr(self, name)), name, f"{name} must be a finite number")
 
 
 def _check(ok: bool, param: str, message: str) -> None:

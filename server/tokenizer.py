@@ -36,6 +36,11 @@ class Tokenizer:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates, as JSON's "\ud800" can carry
+            raise InvalidRequestError(f"the text is not valid Unicode ({exc.reason} at {exc.start})",
+                                      param="prompt") from exc
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:

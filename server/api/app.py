@@ -83,7 +83,8 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
     async def health() -> Response:
         if state.ready:
             return Response(status_code=200)
-        reason = "draining" if state.draining else state.load_error or "loading"
+        reason = ("draining" if state.draining else state.load_error or
+                  ("engine loop stopped" if state.engine is not None else "loading"))
         return JSONResponse({"status": reason}, status_code=503)
 
     @app.get("/metrics")

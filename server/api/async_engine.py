@@ -28,7 +28,11 @@ class EngineOverloadedError(ArgosyError):
 
 
 class EngineStoppedError(ArgosyError):
-    """The engine stopped (drain timed out, or it failed) before the request finished."""
+    """The server is shutting down: the request was refused or cut short by the drain."""
+
+
+class EngineFailedError(ArgosyError):
+    """An engine step failed (a bug): the requests of that step end with this error."""
 
 
 class AsyncEngine:
@@ -59,6 +63,10 @@ class AsyncEngine:
         return len(self._streams)
 
     @property
+    def healthy(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
     def num_waiting(self) -> int:
         """Requests accepted but not yet scheduled: the autoscaling signal."""
         return self._pending + self._waiting
@@ -79,6 +87,10 @@ class AsyncEngine:
         with self._lock:
             if self._stopped:
                 raise EngineStoppedError("the engine is shutting down")
+            if not self._thread.is_alive():
+                raise EngineFailedError("the engine loop is not running")
+            if request.request_id in self._streams:
+                raise ValueError(f"request id {request.request_id!r} is already in flight")
             if self.num_waiting >= self.max_waiting_requests:
                 raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
             self._pending += 1
@@ -121,15 +133,16 @@ class AsyncEngine:
                 continue
             try:
                 outputs = self.engine.step()
-            except Exception as exc:  # a bug must fail its requests, not hang them
+            except Exception as exc:  # a bug must fail its requests, not hang them or the loop
                 log.exception("engine step failed")
                 for request_id in list(self.engine.requests):
-                    self.engine.abort(request_id)
-                    self._deliver(request_id, EngineStoppedError(f"engine step failed: {exc}"))
+                    self._abort(request_id)
+                    self._deliver(request_id, EngineFailedError(f"engine step failed: {exc!r}"))
                 continue
             for output in outputs:
                 self._deliver(output.request_id, output)
-            self._count_waiting()
+            with self._lock:
+                self._count_waiting()
             if self.on_step is not None:
                 self.on_step(outputs, time.monotonic())
 
@@ -140,22 +153,37 @@ class AsyncEngine:
             except queue.Empty:
                 break
             if kind == "add":
-                with self._lock:
-                    self._pending -= 1
-                if payload.request_id in self._streams:  # not abandoned while queued
-                    self.engine.enqueue(payload)
+                self._add(payload)
             elif payload in self.engine.requests:
-                self.engine.abort(payload)
+                self._abort(payload)
+
+    def _add(self, request: Request) -> None:
+        with self._lock:  # the waiting count never dips between the two queues
+            self._pending -= 1
+            if request.request_id not in self._streams:  # abandoned while queued
                 if self.on_abort is not None:
-                    self.on_abort(payload)
-        self._count_waiting()
+                    self.on_abort(request.request_id)
+                return
+            try:
+                self.engine.enqueue(request)
+            except Exception as exc:  # this request alone fails
+                log.exception("could not queue request %s", request.request_id)
+                self._deliver(request.request_id, EngineFailedError(f"could not queue the request: {exc!r}"))
+            self._count_waiting()
+
+    def _abort(self, request_id: str) -> None:
+        self.engine.abort(request_id)
+        if self.on_abort is not None:
+            self.on_abort(request_id)
+        with self._lock:
+            self._count_waiting()
 
     def _count_waiting(self) -> None:
+        """Caller holds the lock."""
         scheduler = self.engine.scheduler
         waiting = {seq.request.request_id for seq in scheduler.waiting}
         running = {seq.request.request_id for seq in scheduler.running} - waiting
-        with self._lock:
-            self._waiting, self._running = len(waiting), len(running)
+        self._waiting, self._running = len(waiting), len(running)
 
 
 class RequestStream:

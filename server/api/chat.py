@@ -5,8 +5,8 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from argosy.server.api.protocol import ChatCompletionRequest
-from argosy.server.api.serving import (Delta, Generation, cancel_on_disconnect, check_model, new_request_id,
-                                       stream_events, top_k, usage)
+from argosy.server.api.serving import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
+                                       new_request_id, stream_events, top_k, usage)
 from argosy.server.api.state import ServerState
 from argosy.server.outputs import Logprob
 
@@ -16,9 +16,9 @@ async def create_chat_completion(body: ChatCompletionRequest, http: HTTPRequest,
     params = body.to_sampling_params()
     request_id = new_request_id(http, "chatcmpl")
     tokenizer = engine.engine.tokenizer
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(body.messages, body.add_generation_prompt),
+    prompt = tokenizer.encode(tokenizer.apply_chat_template(body.messages, body.add_generation_prompt is not False),
                               add_special_tokens=False)
-    gen = Generation(engine, request_id, [engine.engine.make_request(request_id, prompt, params)])
+    gen = Generation(engine, request_id, [engine.engine.make_request(engine_request_id(request_id), prompt, params)])
     base = {"id": request_id, "created": gen.created, "model": state.model_name}
     k = body.top_logprobs or 0
 
@@ -31,7 +31,7 @@ async def create_chat_completion(body: ChatCompletionRequest, http: HTTPRequest,
     def token_entry(token_id: int, lp: Logprob) -> dict:
         return {"token": lp.decoded_token, "logprob": lp.logprob, "bytes": list(tokenizer.token_bytes(token_id))}
 
-    if body.stream:
+    if body.streaming:
         def chunk(index: int, delta: Delta) -> dict:
             return {**base, "object": "chat.completion.chunk", "usage": None, "choices": [{
                 "index": index, "delta": {"content": delta.text} if delta.text else {},
@@ -44,7 +44,10 @@ async def create_chat_completion(body: ChatCompletionRequest, http: HTTPRequest,
                        if body.include_usage else None)
         return StreamingResponse(stream_events(gen, params.n, chunk, usage_chunk, role),
                                  media_type="text/event-stream")
-    (final,) = await cancel_on_disconnect(http, gen.finals())
+    finals = await cancel_on_disconnect(http, gen.finals())
+    if finals is DISCONNECTED:
+        return client_closed()
+    (final,) = finals
     choices = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
                 "logprobs": logprobs(Delta(c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)),
                 "finish_reason": c.finish_reason, "stop_reason": c.stop_reason} for c in final.outputs]

@@ -5,8 +5,8 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from argosy.server.api.protocol import CompletionRequest
-from argosy.server.api.serving import (Delta, Generation, cancel_on_disconnect, check_model, new_request_id,
-                                       stream_events, top_k, usage)
+from argosy.server.api.serving import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
+                                       new_request_id, stream_events, token_chars, top_k, usage)
 from argosy.server.api.state import ServerState
 
 
@@ -14,7 +14,7 @@ async def create_completion(body: CompletionRequest, http: HTTPRequest, state: S
     check_model(body.model, state.model_name)
     params = body.to_sampling_params()
     request_id = new_request_id(http, "cmpl")
-    requests = [engine.engine.make_request(f"{request_id}-{i}", prompt, params)
+    requests = [engine.engine.make_request(engine_request_id(request_id, i), prompt, params)
                 for i, prompt in enumerate(body.prompts())]
     tokenizer = engine.engine.tokenizer
     echoes = [(r.prompt if r.prompt is not None else tokenizer.decode(r.prompt_token_ids)) if body.echo else ""
@@ -22,33 +22,37 @@ async def create_completion(body: CompletionRequest, http: HTTPRequest, state: S
     gen = Generation(engine, request_id, requests)
     base = {"id": request_id, "object": "text_completion", "created": gen.created, "model": state.model_name}
 
-    def choice(index: int, delta: Delta, offset: int = 0) -> dict:
+    def choice(index: int, delta: Delta) -> dict:
         return {"index": index, "text": delta.text, "finish_reason": delta.finish_reason,
                 "stop_reason": delta.stop_reason,
-                "logprobs": _logprobs(delta, body.logprobs, offset) if body.logprobs is not None else None}
+                "logprobs": _logprobs(delta, body.logprobs) if body.logprobs is not None else None}
 
-    if body.stream:
+    if body.streaming:
         chunk = lambda index, delta: {**base, "choices": [choice(index, delta)], "usage": None}  # noqa: E731
         usage_chunk = (lambda u: {**base, "choices": [], "usage": u}) if body.include_usage else None
         events = stream_events(gen, params.n, chunk, usage_chunk, prefix=lambda i: echoes[i])
         return StreamingResponse(events, media_type="text/event-stream")
     finals = await cancel_on_disconnect(http, gen.finals())
+    if finals is DISCONNECTED:
+        return client_closed()
     choices = []
     for i, output in enumerate(finals):
         for c in output.outputs:
             delta = Delta(echoes[i] + c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
-            choices.append(choice(i * params.n + c.index, delta, len(echoes[i])))
+            delta.offset = len(echoes[i])
+            choices.append(choice(i * params.n + c.index, delta))
     return JSONResponse({**base, "choices": choices, "usage": usage(finals)})
 
 
-def _logprobs(delta: Delta, k: int, offset: int) -> dict:
+def _logprobs(delta: Delta, k: int) -> dict:
     """OpenAI's legacy logprobs: per token its text, log-probability, top-k alternatives and
     character offset in the choice's text."""
     tokens, token_logprobs, top, offsets = [], [], [], []
+    offset = delta.offset
     for token_id, entry in zip(delta.token_ids, delta.logprobs or []):
         chosen = entry[token_id]
         offsets.append(offset)
-        offset += len(chosen.decoded_token or "")
+        offset += token_chars(token_id, entry)
         tokens.append(chosen.decoded_token)
         token_logprobs.append(chosen.logprob)
         top.append({lp.decoded_token: lp.logprob for _, lp in [*top_k(entry, k), (token_id, chosen)]})

@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from argosy.server.api.async_engine import EngineOverloadedError, EngineStoppedError
+from argosy.server.api.async_engine import EngineFailedError, EngineOverloadedError, EngineStoppedError
 from argosy.server.errors import InvalidRequestError
 
 log = logging.getLogger("argosy.api")
@@ -38,6 +38,9 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, EngineOverloadedError):
         return APIError(503, f"server overloaded: {exc}; retry later", "service_unavailable_error",
                         code="overloaded", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    if isinstance(exc, EngineFailedError):
+        log.error("request failed: %s", exc)
+        return APIError(500, str(exc), "internal_error")
     if isinstance(exc, EngineStoppedError):
         return APIError(503, str(exc), "service_unavailable_error", code="shutting_down",
                         headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
@@ -71,7 +74,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
 
-    for cls in (APIError, InvalidRequestError, EngineOverloadedError, EngineStoppedError, Exception):
+    for cls in (APIError, InvalidRequestError, EngineOverloadedError, EngineStoppedError, EngineFailedError,
+                Exception):
         app.add_exception_handler(cls, _known)
 
 

@@ -20,38 +20,42 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str
-    n: int = 1
+    # OpenAI accepts null for every optional field: None means the default.
+    n: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    stream: bool = False
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
     # vLLM's extra sampling fields
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
-    ignore_eos: bool = False
+    ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
-    min_tokens: int = 0
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
+    min_tokens: int | None = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
 
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        if self.stream_options is not None and not self.stream:
+        if self.stream_options is not None and not self.streaming:
             raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
-        return SamplingParams(
-            n=self.n, temperature=1.0 if self.temperature is None else self.temperature,
-            top_p=1.0 if self.top_p is None else self.top_p, top_k=self.top_k or 0,
-            min_p=self.min_p or 0.0, seed=self.seed, stop=self.stop, presence_penalty=self.presence_penalty,
-            frequency_penalty=self.frequency_penalty,
-            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            max_tokens=max_tokens, min_tokens=self.min_tokens, ignore_eos=self.ignore_eos,
-            stop_token_ids=self.stop_token_ids, logprobs=logprobs, skip_special_tokens=self.skip_special_tokens,
-            include_stop_str_in_output=self.include_stop_str_in_output)
+        given = {k: v for k, v in {
+            "n": self.n, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+            "min_p": self.min_p, "seed": self.seed, "stop": self.stop, "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty, "repetition_penalty": self.repetition_penalty,
+            "min_tokens": self.min_tokens, "ignore_eos": self.ignore_eos, "stop_token_ids": self.stop_token_ids,
+            "skip_special_tokens": self.skip_special_tokens,
+            "include_stop_str_in_output": self.include_stop_str_in_output}.items() if v is not None}
+        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **given)
+
+    @property
+    def streaming(self) -> bool:
+        return bool(self.stream)
 
     @property
     def include_usage(self) -> bool:
@@ -62,7 +66,7 @@ class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16
     logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
+    echo: bool | None = None
     best_of: int | None = None
     suffix: str | None = None
 
@@ -92,9 +96,9 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[dict[str, Any]]
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    logprobs: bool = False
+    logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    add_generation_prompt: bool = True
+    add_generation_prompt: bool | None = None
     tools: list[Any] | None = None
     response_format: dict[str, Any] | None = None
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request as HTTPRequest
+from fastapi.responses import Response
 
 from argosy.server.api.async_engine import AsyncEngine, RequestStream
 from argosy.server.api.errors import APIError, sse_error
@@ -20,10 +21,17 @@ from argosy.server.sequence import Request
 
 access_log = logging.getLogger("argosy.access")
 SSE_DONE = "data: [DONE]\n\n"
+DISCONNECTED = object()  # what cancel_on_disconnect returns when the client went away
 
 
 def new_request_id(http: HTTPRequest, prefix: str) -> str:
+    """The id reported to the client: its X-Request-Id if it sent one. Engine requests get
+    ids of their own (`engine_request_id`), so a repeated header can never collide."""
     return http.headers.get("x-request-id") or f"{prefix}-{uuid.uuid4().hex}"
+
+
+def engine_request_id(request_id: str, index: int = 0) -> str:
+    return f"{request_id}-{index}-{uuid.uuid4().hex[:12]}"
 
 
 def check_model(requested: str, served: str) -> None:
@@ -115,11 +123,17 @@ async def cancel_on_disconnect(http: HTTPRequest, work: Awaitable):
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
-    if not task.done():
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise asyncio.CancelledError("client disconnected")
+        if not task.done():  # the client left, or this handler itself was cancelled
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        return DISCONNECTED
     return task.result()
+
+
+def client_closed() -> Response:
+    """Nobody reads it; nginx's "client closed request" status keeps the access logs honest."""
+    return Response(status_code=499)
 
 
 @dataclass
@@ -129,23 +143,33 @@ class Delta:
     logprobs: list[dict[int, Logprob]] | None
     finish_reason: str | None
     stop_reason: int | str | None
+    offset: int = 0  # text_offset of this delta's first token (legacy completions logprobs)
+
+
+def token_chars(token_id: int, entry: dict[int, Logprob]) -> int:
+    """Characters a token adds to the text offsets; a partial character (bytes:...) adds none."""
+    text = entry[token_id].decoded_token or ""
+    return 0 if text.startswith("bytes:") else len(text)
 
 
 @dataclass
 class DeltaTracker:
-    """Remembers how much of each choice was already sent: (characters, tokens, finished)."""
+    """Remembers how much of each choice was already sent:
+    (characters, tokens, text offset of the next token, finished)."""
 
-    sent: dict[int, tuple[int, int, bool]] = field(default_factory=dict)
+    sent: dict[int, tuple[int, int, int, bool]] = field(default_factory=dict)
 
     def delta(self, index: int, choice: CompletionOutput, prefix: str = "") -> Delta | None:
-        text_len, tokens, finished = self.sent.get(index, (0, 0, False))
+        text_len, tokens, offset, finished = self.sent.get(index, (0, 0, len(prefix), False))
         text = prefix + choice.text
         if finished or (index in self.sent and len(text) == text_len and len(choice.token_ids) == tokens
                         and not choice.finish_reason):
             return None
-        self.sent[index] = (len(text), len(choice.token_ids), choice.finish_reason is not None)
         logprobs = choice.logprobs[tokens:] if choice.logprobs is not None else None
-        return Delta(text[text_len:], choice.token_ids[tokens:], logprobs, choice.finish_reason, choice.stop_reason)
+        new_ids = choice.token_ids[tokens:]
+        end = offset + sum(token_chars(t, e) for t, e in zip(new_ids, logprobs or []))
+        self.sent[index] = (len(text), len(choice.token_ids), end, choice.finish_reason is not None)
+        return Delta(text[text_len:], new_ids, logprobs, choice.finish_reason, choice.stop_reason, offset)
 
 
 def top_k(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:

@@ -39,4 +39,4 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None and not self.draining
+        return self.engine is not None and self.engine.healthy and not self.draining

@@ -40,7 +40,8 @@ def test_bad_requests_raise_and_leave_nothing_behind(llm, prompt, params, param,
     ("top_k", -3, "-3"), ("min_p", 2.0, "2.0"), ("presence_penalty", 3.0, "3.0"),
     ("frequency_penalty", -2.5, "-2.5"), ("repetition_penalty", 0.0, "0.0"), ("max_tokens", 0, "0"),
     ("max_tokens", -4, "-4"), ("logprobs", 21, "21"), ("stop", [""], "non-empty"), ("min_tokens", -1, "-1"),
-    ("stop_token_ids", [-3], "-3"),
+    ("stop_token_ids", [-3], "-3"), ("seed", 2 ** 64, "2^63"), ("top_k", 2 ** 40, "2^31"),
+    ("temperature", float("inf"), "finite"), ("presence_penalty", float("nan"), "presence_penalty"),
 ])
 def test_invalid_sampling_values_name_the_field(field, value, words):
     with pytest.raises(InvalidRequestError) as err:

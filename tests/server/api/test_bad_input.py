@@ -45,6 +45,15 @@ CASES = [
      "tools"),
     ("/v1/chat/completions", {**OK_CHAT, "max_completion_tokens": 0}, 400, "invalid_request_error",
      "max_tokens"),
+    ("/v1/completions", {**OK_COMPLETION, "seed": 2 ** 64}, 400, "invalid_request_error", "seed"),
+    ("/v1/completions", {**OK_COMPLETION, "top_k": 2 ** 63}, 400, "invalid_request_error", "top_k"),
+    # Lone surrogates, as JSON escapes can carry them.
+    ("/v1/completions", b'{"model": "tiny", "prompt": "bad \\ud800 text"}', 400, "invalid_request_error",
+     "prompt"),
+    ("/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "\\udfff"}]}', 400,
+     "invalid_request_error", "prompt"),
+    ("/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+     400, "invalid_request_error", "messages[0].content"),
     ("/v1/embeddings", {"model": MODEL, "input": "x"}, 404, "not_found_error", None),
 ]
 
@@ -101,3 +110,52 @@ def test_one_access_log_line_per_request(server, caplog):
     assert fields["request_id"].startswith("cmpl-") and fields["generated_tokens"] == 3
     assert fields["prompt_tokens"] > 0 and fields["finish_reason"] == "length"
     assert 0 < fields["ttft_s"] <= fields["total_s"]
+
+
+def test_null_optional_fields_mean_their_defaults(server):
+    nulls = {"n": None, "presence_penalty": None, "frequency_penalty": None, "stream": None, "temperature": None,
+             "top_p": None, "seed": None, "stop": None, "stream_options": None}
+    completion = httpx.post(f"{server.url}/v1/completions", json={**OK_COMPLETION, **nulls, "echo": None})
+    assert completion.status_code == 200 and len(completion.json()["choices"]) == 1
+    chat = httpx.post(f"{server.url}/v1/chat/completions", json={**OK_CHAT, **nulls, "logprobs": None})
+    assert chat.status_code == 200 and chat.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_a_repeated_x_request_id_never_collides(server):
+    import threading
+
+    results = []
+
+    def post(max_tokens: int) -> None:
+        results.append(httpx.post(f"{server.url}/v1/chat/completions", headers={"X-Request-Id": "same"},
+                                  json={**OK_CHAT, "max_tokens": max_tokens, "ignore_eos": True}, timeout=60))
+
+    threads = [threading.Thread(target=post, args=(n,)) for n in (40, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.json()["usage"]["completion_tokens"] for r in results) == [5, 40]
+    assert all(r.json()["id"] == "same" for r in results)
+    stats = server.engine.stats()
+    assert (stats.num_running, stats.kv_blocks_used) == (0, 0)
+
+
+def test_a_failing_engine_step_fails_its_requests_with_500_and_the_server_recovers(server, monkeypatch):
+    engine = server.engine
+    real_step = engine.step
+    calls = {"n": 0}
+
+    def broken_step():
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected fault")
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", broken_step)
+    failed = httpx.post(f"{server.url}/v1/completions", json=OK_COMPLETION, timeout=30)
+    assert failed.status_code == 500 and failed.json()["error"]["type"] == "internal_error"
+    assert "injected fault" in failed.json()["error"]["message"]
+    assert httpx.post(f"{server.url}/v1/completions", json=OK_COMPLETION, timeout=30).status_code == 200
+    assert httpx.get(f"{server.url}/health").status_code == 200
+    assert engine.stats().kv_blocks_used == 0

@@ -94,6 +94,15 @@ def test_logprobs_in_both_apis(server):
     assert raw.decode("utf-8", errors="replace") == chat.message.content
 
 
+def test_streamed_logprob_offsets_continue_across_chunks(server):
+    client = server.client()
+    args = dict(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=1, extra_body={"ignore_eos": True})
+    whole = client.completions.create(**args).choices[0].logprobs
+    streamed = [c.choices[0].logprobs for c in client.completions.create(stream=True, **args) if c.choices]
+    offsets = [o for lp in streamed if lp for o in lp.text_offset]
+    assert offsets == whole.text_offset and offsets == sorted(offsets) and offsets[-1] > 0
+
+
 def test_echo_prepends_the_prompt(server):
     out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=3, echo=True, temperature=0)
     assert out.choices[0].text.startswith(PROMPT)
