@@ -87,6 +87,12 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
                   ("engine loop stopped" if state.engine is not None else "loading"))
         return JSONResponse({"status": reason}, status_code=503)
 
+    @app.get("/live")
+    async def live() -> Response:
+        """Liveness: the process answers (and its engine loop runs), draining or not."""
+        healthy = state.engine is None or state.engine.healthy
+        return Response(status_code=200 if healthy else 503)
+
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -91,12 +91,13 @@ def test_oversize_body_gets_413(llama_checkpoint):
         assert httpx.post(f"{srv.url}/v1/completions", json=OK_COMPLETION).status_code == 200
 
 
-def test_api_key_guards_v1_but_not_health_or_metrics(llama_checkpoint):
+def test_api_key_guards_v1_but_not_health_live_or_metrics(llama_checkpoint):
     with run_server(llama_checkpoint, api_key="s3cret") as srv:
         denied = httpx.post(f"{srv.url}/v1/completions", json=OK_COMPLETION)
         assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
         assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.get(f"{srv.url}/health").status_code == 200
+        assert httpx.get(f"{srv.url}/live").status_code == 200
         assert httpx.get(f"{srv.url}/metrics").status_code == 200
         out = srv.client(api_key="s3cret").completions.create(model=MODEL, prompt="hi", max_tokens=2)
         assert out.usage.completion_tokens == 2

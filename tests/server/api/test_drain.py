@@ -64,6 +64,7 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     assert httpx.get(f"{url}/health").status_code == 503
+    assert httpx.get(f"{url}/live").status_code == 200  # draining is not dead: no restart
     refused = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
     for t in threads:

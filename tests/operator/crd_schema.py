@@ -1,0 +1,86 @@
+"""Offline stand-in for the API server's admission of InferenceServices: the CRD's
+structural schema (with defaults, as the server applies them) checked with jsonschema, and
+its CEL rules (x-kubernetes-validations) evaluated with cel-python."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import celpy
+import jsonschema
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_PATH = ROOT / "crds" / "inferenceservices.argosy.dev.yaml"
+
+
+def load_crd(path: Path = CRD_PATH) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text())
+
+
+def openapi_schema(crd: dict[str, Any]) -> dict[str, Any]:
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def to_jsonschema(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]:
+    """Kubernetes' OpenAPI dialect as JSON Schema. With `strict`, unknown fields are errors
+    (kubectl's default field validation) instead of being pruned."""
+    out = {k: v for k, v in schema.items() if not k.startswith("x-kubernetes") and k not in ("default",)}
+    if schema.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        rest = {k: v for k, v in out.items() if k in ("pattern",)}
+        out = {k: v for k, v in out.items() if k not in ("pattern",)}
+        out["anyOf"] = [{"type": "integer"}, {"type": "string", **rest}]
+    if "properties" in schema:
+        out["properties"] = {k: to_jsonschema(v, strict) for k, v in schema["properties"].items()}
+        if strict and not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
+            out["additionalProperties"] = False
+    if isinstance(schema.get("additionalProperties"), dict):
+        out["additionalProperties"] = to_jsonschema(schema["additionalProperties"], strict)
+    if "items" in schema:
+        out["items"] = to_jsonschema(schema["items"], strict)
+    if schema.get("type") == "object" and schema.get("properties", {}).get("metadata") == {"type": "object"}:
+        out["properties"]["metadata"] = {"type": "object"}
+    return out
+
+
+def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
+    """Structural defaulting, as the API server does it before validation."""
+    if not isinstance(obj, dict) or "properties" not in schema:
+        return obj
+    result = dict(obj)
+    for key, sub in schema["properties"].items():
+        if key not in result and "default" in sub:
+            result[key] = copy.deepcopy(sub["default"])
+        if key in result:
+            result[key] = apply_defaults(sub, result[key])
+    return result
+
+
+def cel_failures(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
+    failures = []
+    for rule in schema.get("x-kubernetes-validations", []):
+        env = celpy.Environment()
+        program = env.program(env.compile(rule["rule"]))
+        if not bool(program.evaluate({"self": celpy.json_to_cel(obj)})):
+            failures.append(f"{path or '<root>'}: {rule.get('message', rule['rule'])}")
+    if isinstance(obj, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in obj:
+                failures += cel_failures(sub, obj[key], f"{path}.{key}" if path else key)
+    if isinstance(obj, list) and "items" in schema:
+        for i, item in enumerate(obj):
+            failures += cel_failures(schema["items"], item, f"{path}[{i}]")
+    return failures
+
+
+def admit(obj: dict[str, Any], crd: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(the object as stored, the reasons it would be rejected)."""
+    schema = openapi_schema(crd or load_crd())
+    defaulted = apply_defaults(schema, obj)
+    validator = jsonschema.Draft7Validator(to_jsonschema(schema))
+    errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(defaulted)]
+    if not errors:
+        errors = cel_failures(schema, defaulted)
+    return defaulted, errors

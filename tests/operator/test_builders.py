@@ -1,0 +1,152 @@
+"""The pure builders: every object they produce is valid for real Kubernetes (strict schema
+validation, several versions) and for a real KEDA, and says what the spec asks."""
+from __future__ import annotations
+
+import re
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from argosy.operator.deployment import build_deployment, server_args
+from argosy.operator.reconcile import desired_objects
+from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
+from argosy.operator.service import build_pdb, build_service
+from argosy.operator.spec import EngineSpec, InferenceServiceSpec, Owner
+from tests.operator.crd_schema import ROOT, admit, to_jsonschema
+from tests.operator.specs import SPECS
+
+KUBERNETES_VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33", "1.34"]
+OWNER = Owner(name="svc", namespace="llm", uid="2f0c8a64-7c35-4b0c-9a51-0d2b7c3f1e11", generation=3)
+# KEDA v2.20's own CRD, kept beside the repository as reference data.
+KEDA_SCHEMA = yaml.safe_load((ROOT.parent / "shared" / "keda" / "keda.sh_scaledobjects.yaml").read_text())
+
+
+def spec_of(name: str) -> InferenceServiceSpec:
+    """The spec as the API server would store it: admitted, with the CRD's defaults."""
+    stored, errors = admit({"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
+                            "metadata": {"name": "svc", "namespace": "llm"}, "spec": SPECS[name]})
+    assert errors == []
+    return InferenceServiceSpec.model_validate(stored["spec"])
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_built_in_objects_validate_strictly(name, version):
+    spec = spec_of(name)
+    for _, obj in desired_objects(OWNER, spec):
+        if obj["apiVersion"] != "keda.sh/v1alpha1":
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(SPECS) if "autoscaling" in SPECS[n]])
+def test_scaled_object_validates_against_kedas_crd(name):
+    scaled = build_scaled_object(OWNER, spec_of(name).autoscaling)
+    schema = to_jsonschema(KEDA_SCHEMA["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    jsonschema.Draft7Validator(schema).validate(scaled)
+    assert all(isinstance(v, str) for v in scaled["spec"]["triggers"][0]["metadata"].values())
+
+
+def test_deployment_runs_argosy_serve_with_the_engine_flags():
+    spec = spec_of("tuned-engine")
+    deployment = build_deployment(OWNER, spec)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    flags = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--") and not args[i + 1].startswith("--")}
+    assert container["command"] == ["argosy"] and args[0] == "serve"
+    assert flags["--model"] == "/models/llama-3-8b-instruct"
+    assert flags["--served-model-name"] == "llama-3-8b-instruct"
+    assert flags["--max-model-len"] == "8192" and flags["--max-num-batched-tokens"] == "8192"
+    assert flags["--block-size"] == "32" and flags["--dtype"] == "bfloat16"
+    assert flags["--gpu-memory-utilization"] == "0.85" and flags["--max-num-seqs"] == "128"
+    assert flags["--shutdown-timeout"] == "120" and flags["--max-waiting-requests"] == "64"
+    assert "--no-enable-prefix-caching" in args and "--no-enable-chunked-prefill" in args
+    assert {"name": "ARGOSY_API_KEY", "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "api-key"}}} \
+        in container["env"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > 120  # above the drain timeout
+    # The parser of `argosy serve` accepts exactly these flags.
+    import argparse
+
+    from argosy.server.api.serve import add_serve_args, server_config
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    config = server_config(parser.parse_args(args[1:]))
+    assert config.engine.max_num_seqs == 128 and config.engine.enable_chunked_prefill is False
+    assert config.shutdown_timeout == 120 and config.engine.block_size == 32
+
+
+def test_pod_is_hardened_probed_and_mounts_the_model_read_only():
+    pod = build_deployment(OWNER, spec_of("plain-gpu"))["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
+    assert {"name": "model", "hostPath": {"path": "/mnt/nvme/models", "type": "Directory"}} in spec["volumes"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in spec["volumes"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/models"]["readOnly"] is True and "/tmp" in mounts and "/dev/shm" in mounts
+    assert spec["nodeSelector"] == {"argosy.dev/model-llama-3-8b": "true"}
+    assert container["startupProbe"]["httpGet"]["path"] == "/health"
+    assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 1800
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/live"  # /health is 503 while draining
+    assert container["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
+    assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+
+
+def test_pvc_and_scheduling_options_reach_the_pod():
+    pvc = build_deployment(OWNER, spec_of("pvc"))
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} \
+        in pvc["spec"]["template"]["spec"]["volumes"]
+    assert pvc["spec"]["replicas"] == 3
+    pod = build_deployment(OWNER, spec_of("scheduling"))["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"argosy.dev/model-llama-3-8b": "true",
+                                   "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and "podAntiAffinity" in pod["affinity"]
+    assert pod["priorityClassName"] == "inference" and pod["serviceAccountName"] == "llm"
+    assert build_pdb(OWNER, spec_of("scheduling"))["spec"]["maxUnavailable"] == "50%"
+
+
+def test_autoscaling_leaves_replicas_to_keda():
+    assert "replicas" not in build_deployment(OWNER, spec_of("autoscaled"))["spec"]
+    scaled = build_scaled_object(OWNER, spec_of("scale-to-zero").autoscaling)
+    assert scaled["spec"]["minReplicaCount"] == 0 and scaled["spec"]["cooldownPeriod"] == 600
+    trigger = scaled["spec"]["triggers"][0]
+    assert trigger["metricType"] == "AverageValue" and trigger["metadata"]["threshold"] == "2.5"
+    behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
+
+
+def test_the_query_matches_exactly_this_services_pods():
+    query = waiting_requests_query(OWNER)
+    assert 'argosy_num_requests_waiting{namespace="llm",pod=~"' in query
+    pod_regex = re.search(r'pod=~"([^"]+)"', query).group(1)
+    for name, wanted in [("svc-7d9f8b6c5d-x2k4p", True), ("svc-5c8f-abcde", True), ("svc2-7d9f8b6c5d-x2k4p", False),
+                         ("svc-canary-7d9f8b6c5d-x2k4p", False), ("other-7d9f8b6c5d-x2k4p", False)]:
+        assert bool(re.fullmatch(pod_regex, name)) == wanted, name  # Prometheus anchors regexes
+
+
+def test_building_is_deterministic():
+    spec = spec_of("scheduling")
+    assert desired_objects(OWNER, spec) == desired_objects(OWNER, spec_of("scheduling"))
+    assert build_service(OWNER)["spec"]["selector"] == build_deployment(OWNER, spec)["spec"]["selector"]["matchLabels"]
+
+
+def test_server_args_cover_every_engine_field():
+    fields = set(EngineSpec.model_fields) - {"apiKeySecretRef"}
+    args = " ".join(server_args(spec_of("tuned-engine")))
+    flags = {"maxModelLen": "--max-model-len", "maxNumSeqs": "--max-num-seqs",
+             "maxNumBatchedTokens": "--max-num-batched-tokens", "blockSize": "--block-size",
+             "gpuMemoryUtilization": "--gpu-memory-utilization", "enablePrefixCaching": "-enable-prefix-caching",
+             "enableChunkedPrefill": "-enable-chunked-prefill", "dtype": "--dtype",
+             "maxWaitingRequests": "--max-waiting-requests", "shutdownTimeoutSeconds": "--shutdown-timeout",
+             "kvCacheMemory": "--kv-cache-memory"}
+    assert set(flags) == fields
+    assert all(flag in args for name, flag in flags.items() if name != "kvCacheMemory")
+    assert "--kv-cache-memory 4294967296" in " ".join(server_args(spec_of("cpu-node")))
