@@ -1,0 +1,133 @@
+"""The CRD admits good InferenceServices and rejects bad ones, schema and CEL rules alike,
+with a message naming the field; its defaults are the operator's."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from argosy.operator.spec import AutoscalingSpec, EngineSpec, InferenceServiceSpec
+from tests.operator.crd_schema import admit, load_crd, openapi_schema
+from tests.operator.specs import AUTOSCALING, MODEL, SPECS
+
+CRD = load_crd()
+
+
+def resource(spec: dict) -> dict:
+    return {"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": "svc", "namespace": "llm"}, "spec": spec}
+
+
+def with_(path: str, value) -> dict:
+    """A good spec with one field set (value None removes it)."""
+    spec = copy.deepcopy({"model": MODEL, "autoscaling": AUTOSCALING})
+    *parents, leaf = path.split(".")
+    node = spec
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is None:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+    return spec
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_good_specs_are_admitted(name):
+    assert admit(resource(SPECS[name]))[1] == []
+
+
+BAD = [
+    # (spec, words the rejection must contain)
+    (with_("model.name", None), ["model", "name"]),
+    (with_("model.name", "has space"), ["spec.model.name", "does not match"]),
+    (with_("model.path", "/etc/passwd"), ["spec.model.path"]),
+    (with_("model.path", "models/../../etc"), ["spec.model.path"]),
+    (with_("model.hostPath", "relative/dir"), ["spec.model.hostPath"]),
+    (with_("model.persistentVolumeClaim", {"claimName": "models"}), ["spec.model", "exactly one"]),
+    (with_("model.hostPath", None), ["spec.model", "exactly one"]),
+    (with_("engine.maxNumSeqs", 0), ["spec.engine.maxNumSeqs", "minimum"]),
+    (with_("engine.blockSize", 12), ["spec.engine.blockSize", "is not one of"]),
+    (with_("engine.gpuMemoryUtilization", 1.5), ["spec.engine.gpuMemoryUtilization", "maximum"]),
+    (with_("engine.dtype", "int8"), ["spec.engine.dtype"]),
+    (with_("engine.maxModelLen", 8), ["spec.engine.maxModelLen"]),
+    (with_("engine.enableChunkedPrefill", False) | {"engine": {"enableChunkedPrefill": False, "maxModelLen": 8192,
+                                                               "maxNumBatchedTokens": 2048}},
+     ["spec.engine.maxNumBatchedTokens", "maxModelLen"]),
+    (with_("engine.shutdownTimeoutSeconds", -1), ["spec.engine.shutdownTimeoutSeconds"]),
+    (with_("engine.apiKeySecretRef", {"name": "keys"}), ["spec.engine.apiKeySecretRef", "key"]),
+    (with_("engine.extraFlag", True), ["spec.engine", "extraFlag"]),
+    (with_("replicas", -1), ["spec.replicas", "minimum"]),
+    (with_("autoscaling.minReplicas", 9), ["spec.autoscaling.minReplicas", "maxReplicas"]),
+    (with_("autoscaling.maxReplicas", None), ["spec.autoscaling", "maxReplicas"]),
+    (with_("autoscaling.maxReplicas", 0), ["spec.autoscaling.maxReplicas", "minimum"]),
+    (with_("autoscaling.targetWaitingRequests", 0), ["spec.autoscaling.targetWaitingRequests"]),
+    (with_("autoscaling.prometheusAddress", "prometheus:9090"), ["spec.autoscaling.prometheusAddress"]),
+    (with_("autoscaling.scaleDownStabilizationSeconds", 7200), ["spec.autoscaling.scaleDownStabilizationSeconds"]),
+    (with_("imagePullPolicy", "Sometimes"), ["spec.imagePullPolicy"]),
+    (with_("resources", {"limits": {"nvidia.com/gpu": "one"}}), ["spec.resources.limits.nvidia.com/gpu"]),
+    (with_("tolerations", [{"operator": "Maybe"}]), ["spec.tolerations.0.operator"]),
+    (with_("startupTimeoutSeconds", 5), ["spec.startupTimeoutSeconds"]),
+    (with_("shmSize", "lots"), ["spec.shmSize"]),
+    (with_("modle", {}), ["spec", "modle"]),
+]
+
+
+@pytest.mark.parametrize("spec, words", BAD, ids=[" ".join(w) for _, w in BAD])
+def test_bad_specs_are_rejected_naming_the_field(spec, words):
+    errors = admit(resource(spec))[1]
+    assert errors, "admitted"
+    assert any(all(w in e for w in words) for e in errors), errors
+
+
+def test_every_cel_rule_has_a_failing_case():
+    rules = []
+
+    def collect(schema):
+        rules.extend(r["message"] for r in schema.get("x-kubernetes-validations", []))
+        for sub in (schema.get("properties") or {}).values():
+            collect(sub)
+
+    collect(openapi_schema(CRD))
+    assert len(rules) == 4
+    rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]]
+    for message in rules:
+        assert any(message in e for e in rejections), message
+
+
+def test_crd_shape():
+    version = CRD["spec"]["versions"][0]
+    assert CRD["spec"]["group"] == "argosy.dev" and version["name"] == "v1alpha1"
+    assert CRD["spec"]["names"]["shortNames"] == ["ais"]
+    assert version["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Model"] == ".spec.model.name" and columns["URL"] == ".status.url"
+    assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert "Age" in columns and "Replicas" in columns
+
+
+def described(schema) -> list[str]:
+    """Spec fields without a description (leaves of obvious meaning are allowed)."""
+    missing = []
+    for name, sub in (schema.get("properties") or {}).items():
+        if sub.get("type") == "object" and "properties" in sub and not sub.get("description"):
+            missing.append(name)
+        missing += described(sub)
+    return missing
+
+
+def test_objects_in_the_schema_are_described():
+    assert described(openapi_schema(CRD)["properties"]["spec"]) == []
+
+
+@pytest.mark.parametrize("path, model", [("spec", InferenceServiceSpec), ("spec.engine", EngineSpec),
+                                         ("spec.autoscaling", AutoscalingSpec)])
+def test_crd_defaults_are_the_operators_defaults(path, model):
+    schema = openapi_schema(CRD)
+    for key in path.split("."):
+        schema = schema["properties"][key]
+    for field, sub in schema["properties"].items():
+        if "default" in sub and not isinstance(sub["default"], dict):
+            assert model.model_fields[field].default == sub["default"], field

@@ -1,0 +1,47 @@
+"""Every example in examples/ is admitted by the CRD and builds valid objects; and a real
+client, kubectl, applies one against the emulator and reaches the operator."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from argosy.operator.reconcile import desired_objects
+from argosy.operator.spec import InferenceServiceSpec, Owner
+from tests.operator.conftest import DEPLOYMENTS, SERVICES, eventually, live, running_operator
+from tests.operator.crd_schema import ROOT, admit
+
+EXAMPLES = sorted((ROOT / "examples").glob("inferenceservice-*.yaml"))
+
+
+def test_there_are_examples_of_each_kind():
+    names = {p.stem for p in EXAMPLES}
+    assert {"inferenceservice-gpu", "inferenceservice-pvc", "inferenceservice-autoscaled"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_is_admitted_and_builds_valid_objects(path):
+    stored, errors = admit(yaml.safe_load(path.read_text()))
+    assert errors == []
+    owner = Owner(name=stored["metadata"]["name"], namespace=stored["metadata"]["namespace"], uid="u")
+    for _, obj in desired_objects(owner, InferenceServiceSpec.model_validate(stored["spec"])):
+        if not obj["apiVersion"].startswith("keda.sh"):
+            kubernetes_validate.validate(obj, "1.32", strict=True)
+
+
+async def test_kubectl_apply_reaches_the_operator(cluster):
+    kubeconfig = os.environ["KUBECONFIG"]  # the cluster fixture points it at the emulator
+    async with running_operator():
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl", "--kubeconfig", kubeconfig, "apply", "--validate=false", "-f",
+            str(ROOT / "examples" / "inferenceservice-gpu.yaml"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        assert "inferenceservice.argosy.dev/llama3-8b created" in out.decode()
+        deployment = await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"), timeout=20)
+        assert "--served-model-name" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert live(cluster, SERVICES, "llama3-8b") is not None

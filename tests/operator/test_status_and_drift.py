@@ -1,0 +1,90 @@
+"""Status from what the cluster shows, and drift from what we built: pure functions."""
+from __future__ import annotations
+
+from argosy.operator.drift import differences
+from argosy.operator.spec import Owner
+from argosy.operator.status import compute_status, diagnose_pods
+
+OWNER = Owner(name="svc", namespace="llm", uid="u1", generation=4)
+NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+
+
+def deployment(replicas=2, ready=2, updated=2, current=2, generation=7, observed=7):
+    return {"metadata": {"generation": generation}, "spec": {"replicas": replicas},
+            "status": {"observedGeneration": observed, "replicas": current, "updatedReplicas": updated,
+                       "readyReplicas": ready}}
+
+
+def conditions(status):
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def pod(conditions=(), waiting=None, last_message=None):
+    container = {"name": "server", "image": "img", "state": {"waiting": waiting} if waiting else {"running": {}}}
+    if last_message:
+        container["lastState"] = {"terminated": {"exitCode": 1, "message": last_message}}
+    return {"status": {"conditions": list(conditions), "containerStatuses": [container]}}
+
+
+def test_a_rolled_out_deployment_is_ready():
+    status = compute_status(OWNER, deployment(), [], None, [], NOW)
+    assert conditions(status) == {"Ready": ("True", "Available"), "Reconciling": ("False", "Reconciled"),
+                                  "Stalled": ("False", "NotStalled")}
+    assert status["observedGeneration"] == 4 and status["readyReplicas"] == 2 and status["replicas"] == 2
+
+
+def test_a_rollout_in_progress_is_reconciling():
+    for dep in (deployment(ready=1), deployment(observed=6), deployment(updated=1), deployment(current=3)):
+        assert conditions(compute_status(OWNER, dep, [], None, [], NOW))["Ready"] == ("False", "Progressing")
+        assert conditions(compute_status(OWNER, dep, [], None, [], NOW))["Reconciling"][0] == "True"
+
+
+def test_scaled_to_zero_is_ready_and_a_missing_deployment_is_pending():
+    assert conditions(compute_status(OWNER, deployment(0, 0, 0, 0), [], None, [], NOW))["Ready"] == \
+        ("True", "ScaledToZero")
+    assert conditions(compute_status(OWNER, None, [], None, [], NOW))["Ready"] == ("False", "Pending")
+
+
+def test_pod_problems_are_named():
+    unschedulable = pod([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                          "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])
+    pull = pod(waiting={"reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""})
+    missing = pod(waiting={"reason": "CrashLoopBackOff"},
+                  last_message="{\"level\": \"error\"}\n/models/llama: checkpoint folder not found\n")
+    crash = pod(waiting={"reason": "CrashLoopBackOff"}, last_message="Segmentation fault")
+    assert diagnose_pods([pod(), unschedulable]).reason == "PodsUnschedulable"
+    assert "Insufficient nvidia.com/gpu" in diagnose_pods([unschedulable]).message
+    assert diagnose_pods([pull]).reason == "ImagePullFailed"
+    assert diagnose_pods([missing]).reason == "ModelPathMissing"
+    assert diagnose_pods([missing]).message == "/models/llama: checkpoint folder not found"
+    assert diagnose_pods([crash]).reason == "CrashLoopBackOff"
+    assert diagnose_pods([pod()]) is None
+    status = compute_status(OWNER, deployment(ready=0), [pull], None, [], NOW)
+    assert conditions(status)["Ready"] == ("False", "ImagePullFailed")
+    assert conditions(status)["Stalled"] == ("True", "ImagePullFailed")
+
+
+def test_transition_times_move_only_on_transitions():
+    first = compute_status(OWNER, deployment(ready=1), [], None, [], NOW)["conditions"]
+    same = compute_status(OWNER, deployment(ready=1), [], None, first, LATER)["conditions"]
+    changed = compute_status(OWNER, deployment(), [], None, first, LATER)["conditions"]
+    assert [c["lastTransitionTime"] for c in same] == [NOW, NOW, NOW]
+    ready = {c["type"]: c["lastTransitionTime"] for c in changed}
+    assert ready["Ready"] == LATER and ready["Reconciling"] == LATER and ready["Stalled"] == NOW
+
+
+def test_drift_ignores_server_defaults_and_compares_quantities_by_value():
+    desired = {"spec": {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "server", "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "1Gi"}}}]}}}}
+    live = {"spec": {"replicas": 2, "progressDeadlineSeconds": 600, "template": {"spec": {
+        "dnsPolicy": "ClusterFirst", "containers": [{"name": "server", "terminationMessagePath": "/dev/termination-log",
+                                                      "resources": {"limits": {"nvidia.com/gpu": "1",
+                                                                               "memory": "1024Mi"}}}]}}},
+            "status": {"replicas": 2}}
+    assert differences(desired, live) == []
+    live["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] = "2Gi"
+    live["spec"]["replicas"] = 5
+    assert differences(desired, live) == ["/spec/replicas",
+                                          "/spec/template/spec/containers/0/resources/limits/memory"]
+    live["spec"]["template"]["spec"]["containers"].append({"name": "sidecar"})
+    assert "/spec/template/spec/containers" in differences(desired, live)
