@@ -46,6 +46,7 @@ def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **
 @kopf.on.event("v1", "services", labels=MANAGED)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
 @kopf.on.event("v1", "pods", labels=MANAGED)
+@kopf.on.event("keda.sh", "v1alpha1", "scaledobjects", labels=MANAGED)
 def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An owned object changed (rollout progress, a pod failing, someone's edit): reconcile
     its InferenceService so that status follows and drift is put back."""

@@ -5,14 +5,13 @@ from __future__ import annotations
 # (apiGroup, resources, verbs)
 RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("argosy.dev", ("inferenceservices",), ("get", "list", "watch", "patch")),
-    ("argosy.dev", ("inferenceservices/status",), ("get", "patch")),
+    ("argosy.dev", ("inferenceservices/status",), ("patch",)),
     ("apps", ("deployments",), ("get", "list", "watch", "create", "patch")),
     ("", ("services",), ("get", "list", "watch", "create", "patch")),
     ("policy", ("poddisruptionbudgets",), ("get", "list", "watch", "create", "patch")),
     ("keda.sh", ("scaledobjects",), ("get", "list", "watch", "create", "patch", "delete")),
-    ("", ("pods",), ("get", "list", "watch")),
+    ("", ("pods",), ("list", "watch")),
     ("", ("events",), ("create",)),
-    ("events.k8s.io", ("events",), ("create",)),
 ]
 
 # kopf's peering (several operator replicas, one active) and its resource discovery.

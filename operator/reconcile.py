@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from argosy.operator.deployment import build_deployment
-from argosy.operator.drift import differences
+from argosy.operator.drift import differences, merge_patch
 from argosy.operator.kube import DEPLOYMENT, PDB, POD, SCALED_OBJECT, SERVICE, Kind, KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
 from argosy.operator.scaledobject import build_scaled_object
@@ -88,7 +88,7 @@ def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -
         raise NotOwned(f"{kind.kind} {meta['namespace']}/{meta['name']} exists and is not owned by "
                        f"InferenceService {owner.name}; delete or rename it")
     if differences(desired, live):
-        kube.patch(kind, meta["namespace"], meta["name"], desired)
+        kube.patch(kind, meta["namespace"], meta["name"], merge_patch(desired, live))
         return "updated"
     return None
 

@@ -1,7 +1,7 @@
 """Status from what the cluster shows, and drift from what we built: pure functions."""
 from __future__ import annotations
 
-from argosy.operator.drift import differences
+from argosy.operator.drift import differences, merge_patch
 from argosy.operator.spec import Owner
 from argosy.operator.status import compute_status, diagnose_pods
 
@@ -88,3 +88,11 @@ def test_drift_ignores_server_defaults_and_compares_quantities_by_value():
                                           "/spec/template/spec/containers/0/resources/limits/memory"]
     live["spec"]["template"]["spec"]["containers"].append({"name": "sidecar"})
     assert "/spec/template/spec/containers" in differences(desired, live)
+
+
+def test_an_extra_selector_key_is_drift_and_the_patch_removes_it():
+    desired = {"metadata": {"labels": {"a": "1"}}, "spec": {"selector": {"app": "svc"}}}
+    live = {"metadata": {"labels": {"a": "1", "added-by": "someone"}}, "spec": {"selector": {"app": "svc", "x": "y"}}}
+    assert differences(desired, live) == ["/spec/selector/x"]  # extra labels are not drift
+    assert merge_patch(desired, live) == {"metadata": {"labels": {"a": "1"}},
+                                          "spec": {"selector": {"app": "svc", "x": None}}}

@@ -1,0 +1,59 @@
+"""The RBAC table is exactly what the operator calls: every API request of a full lifecycle
+is granted, and every grant is used."""
+from __future__ import annotations
+
+import asyncio
+
+from argosy.operator.rbac import RULES
+from tests.operator.conftest import (AIS, DEPLOYMENTS, PDBS, SCALED_OBJECTS, SERVICES, eventually,
+                                     inference_service, live, mark_deployment_ready, path, running_operator)
+
+
+async def merge_patch(cluster, url: str, body: dict) -> None:
+    response = await cluster.patch(url, json=body, headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200
+
+
+def verb(request) -> str:
+    method = request.method.value
+    if method == "GET":
+        if request.params.get("watch") in ("true", "1"):
+            return "watch"
+        return "get" if request.name else "list"
+    return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+
+
+def granted() -> set[tuple[str, str, str]]:
+    return {(group, resource, v) for group, resources, verbs in RULES for resource in resources for v in verbs}
+
+
+async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
+    async with running_operator():
+        autoscaling = {"maxReplicas": 3, "prometheusAddress": "http://prometheus:9090"}
+        await cluster.post(path(AIS), json=inference_service(autoscaling=autoscaling))
+        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama"))
+        await mark_deployment_ready(cluster, "llama", ready=1)
+        await merge_patch(cluster, path(AIS, "llama"), {"spec": {"autoscaling": {"maxReplicas": 5}}})
+        await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama")["spec"]["maxReplicaCount"] == 5)
+        for resource, drift in ((SERVICES, {"spec": {"selector": {"app": "x"}}}),
+                                (PDBS, {"spec": {"maxUnavailable": 0}}),
+                                (SCALED_OBJECTS, {"spec": {"maxReplicaCount": 99}})):  # someone's hand edits
+            await merge_patch(cluster, path(resource, "llama"), drift)
+            await eventually(lambda r=resource, d=drift: _restored(live(cluster, r, "llama")["spec"], d["spec"]))
+        await merge_patch(cluster, path(AIS, "llama"), {"spec": {"autoscaling": None}})
+        await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
+        await asyncio.sleep(1.0)
+    used = set()
+    for request in cluster:
+        if request.resource is None or request.resource.plural is None \
+                or request.headers.get("User-Agent", "").startswith("kmock"):
+            continue  # discovery, and the test's own calls
+        plural = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        used.add((request.resource.group, plural, verb(request)))
+    assert used <= granted(), used - granted()
+    assert granted() <= used, granted() - used
+
+
+def _restored(spec: dict, drift: dict) -> bool:
+    return all(spec.get(k) != v and not (isinstance(v, dict) and set(v) & set(spec.get(k) or {}))
+               for k, v in drift.items())
