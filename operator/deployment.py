@@ -10,6 +10,7 @@ from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, EngineSpec, Inference
 RUN_AS_USER = 10001
 PRE_STOP_SLEEP_SECONDS = 5  # lets endpoint removal reach the proxies before the drain starts
 STARTUP_PERIOD_SECONDS = 10
+PROGRESS_MARGIN_SECONDS = 600
 
 
 def server_args(spec: InferenceServiceSpec) -> list[str]:
@@ -32,6 +33,10 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(owner)},
         "revisionHistoryLimit": 3,
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": spec.rollout.maxSurge,
+                                                                "maxUnavailable": spec.rollout.maxUnavailable}},
+        # A rollout may take as long as a model load; only then is it reported as stuck.
+        "progressDeadlineSeconds": spec.startupTimeoutSeconds + PROGRESS_MARGIN_SECONDS,
         "template": {"metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
                      "spec": _pod_spec(spec)},
     }

@@ -16,6 +16,9 @@ from argosy.operator.spec import GROUP, PLURAL, VERSION
 from argosy.operator.status import ready_condition
 
 MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
+MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+OWNED = [("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"),
+         ("v1", "pods"), ("keda.sh", "v1alpha1", "scaledobjects")]
 # Problems that may clear by themselves (KEDA installed later, a conflicting object removed):
 # retried with growing delays, never in a hot loop.
 RETRYABLE = {"ResourceConflict", "KEDANotInstalled", "APIError"}
@@ -26,7 +29,9 @@ _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Loc
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    settings.posting.level = logging.WARNING  # Events come from reconcile_service, not from log lines
+    settings.posting.level = logging.WARNING  # Events come from _reconcile, not from log lines
+    for resource in OWNED:  # watch only our own objects, filtered by the API server
+        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="argosy.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="argosy.dev", key="last-handled-configuration")
@@ -42,11 +47,11 @@ def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **
         raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2 ** retry))
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-@kopf.on.event("v1", "services", labels=MANAGED)
-@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=MANAGED)
-@kopf.on.event("v1", "pods", labels=MANAGED)
-@kopf.on.event("keda.sh", "v1alpha1", "scaledobjects", labels=MANAGED)
+@kopf.on.event(*OWNED[0], labels=MANAGED)
+@kopf.on.event(*OWNED[1], labels=MANAGED)
+@kopf.on.event(*OWNED[2], labels=MANAGED)
+@kopf.on.event(*OWNED[3], labels=MANAGED)
+@kopf.on.event(*OWNED[4], labels=MANAGED)
 def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An owned object changed (rollout progress, a pod failing, someone's edit): reconcile
     its InferenceService so that status follows and drift is put back."""

@@ -35,6 +35,10 @@ POD = Kind("", "v1", "pods", "Pod")
 INFERENCE_SERVICE = Kind("argosy.dev", "v1alpha1", "inferenceservices", "InferenceService")
 
 
+# (connect, read) seconds: a hung connection must not hold a service's reconcile lock forever.
+REQUEST_TIMEOUT = (5, 30)
+
+
 class KindNotInstalled(Exception):
     """The API server does not serve this kind (e.g. KEDA's CRDs are absent)."""
 
@@ -89,7 +93,7 @@ class KubeClient:
         request = self.api.param_serialize(method, path, query_params=query or [], body=body,
                                            header_params={"Accept": "application/json", "Content-Type": content_type},
                                            auth_settings=["BearerToken"])
-        response = self.api.call_api(*request)
+        response = self.api.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
         response.read()
         # Raises ApiException (with .status) for anything but 2xx.
         return self.api.response_deserialize(response, {"2XX": "object"}).data

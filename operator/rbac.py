@@ -14,6 +14,12 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("", ("events",), ("create",)),
 ]
 
+# Not a call: owned objects carry blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+# admission plugin (OpenShift, hardened clusters) allows only to who may update the owner's finalizers.
+ADMISSION_RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("argosy.dev", ("inferenceservices/finalizers",), ("update",)),
+]
+
 # kopf's peering (several operator replicas, one active) and its resource discovery.
 PEERING_RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("kopf.dev", ("kopfpeerings",), ("get", "list", "watch", "patch")),

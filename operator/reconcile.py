@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from argosy.operator.deployment import build_deployment
-from argosy.operator.drift import differences, merge_patch
+from argosy.operator.drift import differences, last_applied, merge_patch, with_last_applied
 from argosy.operator.kube import DEPLOYMENT, PDB, POD, SCALED_OBJECT, SERVICE, Kind, KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
 from argosy.operator.scaledobject import build_scaled_object
@@ -45,6 +45,8 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     except ValidationError as exc:  # the CRD schema should have stopped this
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
+    if spec.autoscaling is None and _remove_scaled_object(kube, owner):  # before the replica count returns
+        changes.append(f"deleted ScaledObject {owner.name}")
     for kind, desired in desired_objects(owner, spec):
         try:
             change = apply(kube, kind, desired, owner)
@@ -58,13 +60,13 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
         else:
             if change:
                 changes.append(f"{change} {kind.kind} {owner.name}")
-    if spec.autoscaling is None and _remove_scaled_object(kube, owner):
-        changes.append(f"deleted ScaledObject {owner.name}")
     deployment = kube.get(DEPLOYMENT, owner.namespace, owner.name)
     if deployment is not None and not _owned(deployment, owner):
         deployment = None
     pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
-    return ReconcileResult(compute_status(owner, deployment, pods, problem, previous, _now()), problem, changes)
+    min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
+    return ReconcileResult(compute_status(owner, deployment, pods, problem, previous, _now(), min_ready), problem,
+                           changes)
 
 
 class NotOwned(Exception):
@@ -73,6 +75,7 @@ class NotOwned(Exception):
 
 def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -> str | None:
     """Creates or restores one object; returns what it did, or None when it was already right."""
+    desired = with_last_applied(desired)
     meta = desired["metadata"]
     live = kube.get(kind, meta["namespace"], meta["name"])
     if live is None:
@@ -88,7 +91,7 @@ def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -
         raise NotOwned(f"{kind.kind} {meta['namespace']}/{meta['name']} exists and is not owned by "
                        f"InferenceService {owner.name}; delete or rename it")
     if differences(desired, live):
-        kube.patch(kind, meta["namespace"], meta["name"], merge_patch(desired, live))
+        kube.patch(kind, meta["namespace"], meta["name"], merge_patch(desired, live, last_applied(live)))
         return "updated"
     return None
 

@@ -28,7 +28,6 @@ def build_scaled_object(owner: Owner, autoscaling: AutoscalingSpec) -> dict[str,
         "minReplicaCount": a.minReplicas,
         "maxReplicaCount": a.maxReplicas,
         "pollingInterval": a.pollingIntervalSeconds,
-        "cooldownPeriod": a.cooldownPeriodSeconds,
         "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
             # Scale down slowly: a pod's queue drains before it goes.
             "scaleDown": {"stabilizationWindowSeconds": a.scaleDownStabilizationSeconds,

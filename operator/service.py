@@ -15,4 +15,5 @@ def build_service(owner: Owner) -> dict[str, Any]:
 
 def build_pdb(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": metadata(owner),
-            "spec": {"selector": {"matchLabels": selector_labels(owner)}, "maxUnavailable": spec.maxUnavailable}}
+            "spec": {"selector": {"matchLabels": selector_labels(owner)},
+                     "maxUnavailable": spec.disruptionBudget.maxUnavailable}}

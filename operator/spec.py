@@ -55,7 +55,15 @@ class AutoscalingSpec(_Spec):
     prometheusAddress: str
     pollingIntervalSeconds: int = 15
     scaleDownStabilizationSeconds: int = 300
-    cooldownPeriodSeconds: int = 300
+
+
+class DisruptionBudgetSpec(_Spec):
+    maxUnavailable: int | str = 1
+
+
+class RolloutSpec(_Spec):
+    maxSurge: int | str = 0
+    maxUnavailable: int | str = 1
 
 
 class InferenceServiceSpec(_Spec):
@@ -72,7 +80,8 @@ class InferenceServiceSpec(_Spec):
     affinity: dict[str, Any] | None = None
     startupTimeoutSeconds: int = 1800
     shmSize: str = "1Gi"
-    maxUnavailable: int | str = 1
+    disruptionBudget: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     podAnnotations: dict[str, str] = Field(default_factory=dict)
     serviceAccountName: str | None = None
     priorityClassName: str | None = None

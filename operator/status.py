@@ -11,72 +11,96 @@ from argosy.operator.spec import Owner
 
 # Messages the server prints when it cannot find its checkpoint (see argosy.server.errors).
 _MODEL_MISSING_MARKERS = ("checkpoint folder not found", "config.json: file not found", "no *.safetensors")
+# Waiting reasons that will not clear without someone changing something.
+_STUCK_CONTAINER = {"ErrImagePull": "ImagePullFailed", "ImagePullBackOff": "ImagePullFailed",
+                    "InvalidImageName": "ImagePullFailed", "CreateContainerConfigError": "ContainerConfigError",
+                    "CreateContainerError": "ContainerConfigError", "RunContainerError": "ContainerConfigError"}
 
 
 @dataclass(frozen=True)
 class Problem:
-    """Why the service cannot become ready; reason is CamelCase as Kubernetes reasons are."""
+    """Why the service is not ready; reason is CamelCase as Kubernetes reasons are. A stalled
+    problem needs someone to act; the others (a pod waiting for a node) may clear by themselves."""
 
     reason: str
     message: str
+    stalled: bool = True
 
 
 def diagnose_pods(pods: list[dict[str, Any]]) -> Problem | None:
-    """The first blocking problem among the pods: unschedulable, image pull, missing model, crash loop."""
+    """The first problem among the pods: unschedulable, image pull, bad container config,
+    missing model, crash loop."""
     for pod in pods:
         status = pod.get("status") or {}
-        for cond in status.get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
-                    and cond.get("reason") == "Unschedulable":
-                return Problem("PodsUnschedulable", cond.get("message") or "no node fits the pod")
         for container in status.get("containerStatuses") or []:
             waiting = (container.get("state") or {}).get("waiting") or {}
             reason = waiting.get("reason")
-            if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
-                return Problem("ImagePullFailed", waiting.get("message") or f"cannot pull {container.get('image')}")
+            if reason in _STUCK_CONTAINER:
+                return Problem(_STUCK_CONTAINER[reason], waiting.get("message") or f"{reason}: {container.get('image')}")
             if reason == "CrashLoopBackOff":
                 last = ((container.get("lastState") or {}).get("terminated") or {}).get("message") or ""
-                if any(marker in last for marker in _MODEL_MISSING_MARKERS):
-                    return Problem("ModelPathMissing", last.strip().splitlines()[-1][:500])
-                return Problem("CrashLoopBackOff", (last.strip().splitlines() or ["the server keeps exiting"])[-1][:500])
+                line = (last.strip().splitlines() or ["the server keeps exiting"])[-1][:500]
+                missing = any(marker in last for marker in _MODEL_MISSING_MARKERS)
+                return Problem("ModelPathMissing" if missing else "CrashLoopBackOff", line)
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
+                    and cond.get("reason") == "Unschedulable":
+                # A cluster autoscaler may be adding a node: waiting, not stuck.
+                return Problem("PodsUnschedulable", cond.get("message") or "no node fits the pod", stalled=False)
+    return None
+
+
+def _deployment_problem(deployment: dict[str, Any]) -> Problem | None:
+    for cond in (deployment.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
+            return Problem("ProgressDeadlineExceeded", cond.get("message") or "the rollout stopped progressing")
     return None
 
 
 def compute_status(owner: Owner, deployment: dict[str, Any] | None, pods: list[dict[str, Any]],
-                   problem: Problem | None, previous: list[dict[str, Any]], now: str) -> dict[str, Any]:
+                   problem: Problem | None, previous: list[dict[str, Any]], now: str,
+                   min_ready: int | None = None) -> dict[str, Any]:
+    """min_ready: with autoscaling, the replicas that make the service ready (the HPA moves
+    the desired count up and down; that is not a rollout). Without, all desired replicas."""
     dep_status = (deployment or {}).get("status") or {}
     desired = ((deployment or {}).get("spec") or {}).get("replicas", 1)
     ready = dep_status.get("readyReplicas", 0)
-    problem = problem or diagnose_pods(pods)
-    rolled_out = deployment is not None and _rolled_out(deployment, desired)
+    needed = desired if min_ready is None else min(desired, min_ready)
+    rolled_out = deployment is not None and _rolled_out(deployment, desired, autoscaled=min_ready is not None)
+    if problem is None and deployment is not None and not (rolled_out and ready >= needed):
+        problem = _deployment_problem(deployment) or diagnose_pods(pods)
     if problem is not None:
         state = ("False", problem.reason, problem.message)
     elif deployment is None:
         state = ("False", "Pending", "the Deployment has not been created yet")
     elif rolled_out and desired == 0:
-        state = ("True", "ScaledToZero", "no replicas are wanted; requests will scale it up")
-    elif rolled_out and ready >= desired:
+        state = ("True", "ScaledToZero", "no replicas are wanted")
+    elif rolled_out and ready >= needed:
         state = ("True", "Available", f"{ready}/{desired} replicas ready")
     else:
         state = ("False", "Progressing", f"{ready}/{desired} replicas ready")
     ready_status, reason, message = state
+    stalled = problem is not None and problem.stalled
+    reconciling = ready_status == "False" and not stalled
     conditions = [
         _condition("Ready", ready_status, reason, message, owner.generation, previous, now),
-        _condition("Reconciling", "True" if reason in ("Pending", "Progressing") else "False",
-                   reason if reason in ("Pending", "Progressing") else "Reconciled", message, owner.generation,
-                   previous, now),
-        _condition("Stalled", "True" if problem else "False", problem.reason if problem else "NotStalled",
-                   problem.message if problem else "", owner.generation, previous, now),
+        _condition("Reconciling", "True" if reconciling else "False", reason if reconciling else "Reconciled",
+                   message if reconciling else "", owner.generation, previous, now),
+        _condition("Stalled", "True" if stalled else "False", reason if stalled else "NotStalled",
+                   message if stalled else "", owner.generation, previous, now),
     ]
     return {"observedGeneration": owner.generation, "replicas": dep_status.get("replicas", 0),
             "readyReplicas": ready, "selector": selector_string(owner), "url": service_url(owner),
             "conditions": conditions}
 
 
-def _rolled_out(deployment: dict[str, Any], desired: int) -> bool:
+def _rolled_out(deployment: dict[str, Any], desired: int, autoscaled: bool) -> bool:
+    """The Deployment saw its latest spec and no pod of an older template is left (and,
+    unless the HPA is moving the count, every desired pod exists)."""
     meta, status = deployment.get("metadata") or {}, deployment.get("status") or {}
     observed = status.get("observedGeneration", 0) >= meta.get("generation", 1)
-    return observed and status.get("updatedReplicas", 0) >= desired and status.get("replicas", 0) <= desired
+    updated, current = status.get("updatedReplicas", 0), status.get("replicas", 0)
+    return observed and current <= updated and (autoscaled or updated >= desired)
 
 
 def _condition(kind: str, status: str, reason: str, message: str, generation: int,

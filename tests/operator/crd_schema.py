@@ -28,10 +28,11 @@ def to_jsonschema(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]
     (kubectl's default field validation) instead of being pruned."""
     out = {k: v for k, v in schema.items() if not k.startswith("x-kubernetes") and k not in ("default",)}
     if schema.get("x-kubernetes-int-or-string"):
+        # Value keywords apply to the values of their type: patterns to strings, bounds to ints.
         out.pop("type", None)
-        rest = {k: v for k, v in out.items() if k in ("pattern",)}
-        out = {k: v for k, v in out.items() if k not in ("pattern",)}
-        out["anyOf"] = [{"type": "integer"}, {"type": "string", **rest}]
+        strings = {k: out.pop(k) for k in ("pattern", "minLength", "maxLength") if k in out}
+        ints = {k: out.pop(k) for k in ("minimum", "maximum") if k in out}
+        out["anyOf"] = [{"type": "integer", **ints}, {"type": "string", **strings}]
     if "properties" in schema:
         out["properties"] = {k: to_jsonschema(v, strict) for k, v in schema["properties"].items()}
         if strict and not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:

@@ -12,8 +12,9 @@ SPECS = {
             "replicas": 3, "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "40Gi"},
                                          "requests": {"cpu": "4", "memory": "32Gi"}}},
     "autoscaled": {"model": MODEL, "autoscaling": AUTOSCALING, "resources": {"limits": {"nvidia.com/gpu": 1}}},
-    "scale-to-zero": {"model": MODEL, "autoscaling": {**AUTOSCALING, "minReplicas": 0, "targetWaitingRequests": 2.5,
-                                                      "cooldownPeriodSeconds": 600}},
+    "fractional-target": {"model": MODEL, "autoscaling": {**AUTOSCALING, "minReplicas": 2, "targetWaitingRequests": 2.5}},
+    "surge-rollout": {"model": MODEL, "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+                      "disruptionBudget": {"maxUnavailable": "25%"}},
     "tuned-engine": {"model": MODEL, "engine": {"maxModelLen": 8192, "maxNumSeqs": 128, "maxNumBatchedTokens": 8192,
                                                 "blockSize": 32, "gpuMemoryUtilization": 0.85, "dtype": "bfloat16",
                                                 "enablePrefixCaching": False, "enableChunkedPrefill": False,
@@ -30,5 +31,5 @@ SPECS = {
                    "priorityClassName": "inference", "serviceAccountName": "llm",
                    "imagePullSecrets": [{"name": "registry"}], "image": "registry.example.com/argosy:0.1.0",
                    "imagePullPolicy": "Always", "podAnnotations": {"team": "ml"}, "startupTimeoutSeconds": 3600,
-                   "shmSize": "8Gi", "maxUnavailable": "50%"},
+                   "shmSize": "8Gi", "disruptionBudget": {"maxUnavailable": "50%"}},
 }

@@ -112,10 +112,19 @@ def test_pvc_and_scheduling_options_reach_the_pod():
     assert build_pdb(OWNER, spec_of("scheduling"))["spec"]["maxUnavailable"] == "50%"
 
 
+def test_rollouts_need_no_spare_gpu_by_default_and_may_surge_when_asked():
+    default = build_deployment(OWNER, spec_of("plain-gpu"))["spec"]
+    assert default["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert default["progressDeadlineSeconds"] >= 1800  # a model load is not a stuck rollout
+    surge = build_deployment(OWNER, spec_of("surge-rollout"))["spec"]["strategy"]["rollingUpdate"]
+    assert surge == {"maxSurge": 1, "maxUnavailable": 0}
+    assert build_pdb(OWNER, spec_of("surge-rollout"))["spec"]["maxUnavailable"] == "25%"
+
+
 def test_autoscaling_leaves_replicas_to_keda():
     assert "replicas" not in build_deployment(OWNER, spec_of("autoscaled"))["spec"]
-    scaled = build_scaled_object(OWNER, spec_of("scale-to-zero").autoscaling)
-    assert scaled["spec"]["minReplicaCount"] == 0 and scaled["spec"]["cooldownPeriod"] == 600
+    scaled = build_scaled_object(OWNER, spec_of("fractional-target").autoscaling)
+    assert scaled["spec"]["minReplicaCount"] == 2
     trigger = scaled["spec"]["triggers"][0]
     assert trigger["metricType"] == "AverageValue" and trigger["metadata"]["threshold"] == "2.5"
     behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]

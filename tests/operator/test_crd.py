@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from argosy.operator.spec import AutoscalingSpec, EngineSpec, InferenceServiceSpec
+from argosy.operator.spec import (AutoscalingSpec, DisruptionBudgetSpec, EngineSpec, InferenceServiceSpec,
+                                  RolloutSpec)
 from tests.operator.crd_schema import admit, load_crd, openapi_schema
 from tests.operator.specs import AUTOSCALING, MODEL, SPECS
 
@@ -70,7 +71,19 @@ BAD = [
     (with_("startupTimeoutSeconds", 5), ["spec.startupTimeoutSeconds"]),
     (with_("shmSize", "lots"), ["spec.shmSize"]),
     (with_("modle", {}), ["spec", "modle"]),
+    (with_("autoscaling.minReplicas", 0), ["spec.autoscaling.minReplicas", "minimum"]),
+    (with_("disruptionBudget", {"maxUnavailable": -1}), ["spec.disruptionBudget.maxUnavailable"]),
+    (with_("disruptionBudget", {"maxUnavailable": "1"}), ["spec.disruptionBudget.maxUnavailable"]),
+    (with_("rollout", {"maxSurge": 0, "maxUnavailable": "0%"}), ["spec.rollout", "both be zero"]),
 ]
+
+
+@pytest.mark.parametrize("name", ["8b-chat", "llama-3.1-8b", "Llama", "a" * 47, "ends-"])
+def test_names_that_owned_objects_cannot_carry_are_rejected(name):
+    body = resource({"model": MODEL})
+    body["metadata"]["name"] = name
+    errors = admit(body)[1]
+    assert any("metadata.name" in e and "DNS-1035" in e for e in errors), errors
 
 
 @pytest.mark.parametrize("spec, words", BAD, ids=[" ".join(w) for _, w in BAD])
@@ -89,8 +102,10 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 4
-    rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]]
+    assert len(rules) == 6
+    bad_name = resource({"model": MODEL})
+    bad_name["metadata"]["name"] = "8b"
+    rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]
     for message in rules:
         assert any(message in e for e in rejections), message
 
@@ -123,7 +138,8 @@ def test_objects_in_the_schema_are_described():
 
 
 @pytest.mark.parametrize("path, model", [("spec", InferenceServiceSpec), ("spec.engine", EngineSpec),
-                                         ("spec.autoscaling", AutoscalingSpec)])
+                                         ("spec.autoscaling", AutoscalingSpec), ("spec.rollout", RolloutSpec),
+                                         ("spec.disruptionBudget", DisruptionBudgetSpec)])
 def test_crd_defaults_are_the_operators_defaults(path, model):
     schema = openapi_schema(CRD)
     for key in path.split("."):

@@ -73,6 +73,20 @@ async def test_spec_update_rolls_the_deployment_and_drift_is_put_back(cluster):
         await eventually(lambda: live(cluster, SERVICES, "llama")["spec"]["ports"][0]["port"] == 8000)
 
 
+async def test_fields_removed_from_the_spec_leave_the_deployment(cluster):
+    scheduling = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], "priorityClassName": "high",
+                  "nodeSelector": {"zone": "a"}}
+    async with running_operator():
+        await create(cluster, inference_service(**scheduling))
+        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"]["priorityClassName"])
+        await patch(cluster, AIS, "llama", {"spec": {"tolerations": None, "priorityClassName": None,
+                                                     "nodeSelector": {"zone": None, "rack": "7"}}})
+        pod = await eventually(lambda: (p := live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"])
+                               and "tolerations" not in p and p)
+        assert "priorityClassName" not in pod
+        assert pod["nodeSelector"] == {"argosy.dev/model-llama-3-8b": "true", "rack": "7"}
+
+
 async def test_replicas_follow_the_spec_without_autoscaling_and_keda_otherwise(cluster):
     async with running_operator():
         await create(cluster, inference_service(replicas=2))

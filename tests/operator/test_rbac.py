@@ -52,6 +52,11 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         used.add((request.resource.group, plural, verb(request)))
     assert used <= granted(), used - granted()
     assert granted() <= used, granted() - used
+    # The Deployment, Service and pod watches were filtered by the API server.
+    watches = [r for r in cluster if r.params.get("watch") == "true" and r.resource is not None
+               and r.resource.plural in ("deployments", "services", "pods", "poddisruptionbudgets")]
+    assert watches and all(r.params.get("labelSelector") == "app.kubernetes.io/managed-by=argosy-operator"
+                           for r in watches)
 
 
 def _restored(spec: dict, drift: dict) -> bool:

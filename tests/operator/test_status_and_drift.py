@@ -96,3 +96,48 @@ def test_an_extra_selector_key_is_drift_and_the_patch_removes_it():
     assert differences(desired, live) == ["/spec/selector/x"]  # extra labels are not drift
     assert merge_patch(desired, live) == {"metadata": {"labels": {"a": "1"}},
                                           "spec": {"selector": {"app": "svc", "x": None}}}
+
+
+def test_fields_dropped_from_the_spec_are_removed_but_not_the_replica_count():
+    previous = {"spec": {"replicas": 3, "template": {"spec": {"tolerations": [{"key": "gpu"}],
+                                                              "nodeSelector": {"old": "1", "kept": "1"}}}}}
+    desired = {"spec": {"template": {"spec": {"nodeSelector": {"kept": "1", "new": "1"}}}}}
+    live = {"spec": {"replicas": 5, "template": {"spec": {"tolerations": [{"key": "gpu"}],
+                                                          "nodeSelector": {"old": "1", "kept": "1"}}}}}
+    assert merge_patch(desired, live, previous) == {"spec": {"template": {"spec": {
+        "nodeSelector": {"kept": "1", "new": "1", "old": None}, "tolerations": None}}}}
+
+
+def test_empty_values_equal_absent_ones():
+    desired = {"spec": {"tolerations": [{"key": "gpu", "value": ""}], "affinity": {"nodeAffinity": {}},
+                        "resources": {"limits": {}}}}
+    live = {"spec": {"tolerations": [{"key": "gpu"}]}}
+    assert differences(desired, live) == []
+
+
+def test_with_autoscaling_a_scale_up_is_not_a_rollout():
+    scaling_up = deployment(replicas=4, ready=2, updated=4, current=4)
+    status = compute_status(OWNER, scaling_up, [pod([{"type": "PodScheduled", "status": "False",
+                                                      "reason": "Unschedulable", "message": "no GPU"}])],
+                            None, [], NOW, min_ready=1)
+    assert conditions(status)["Ready"] == ("True", "Available")
+    old_pods_left = deployment(replicas=2, ready=2, updated=1, current=3)
+    assert conditions(compute_status(OWNER, old_pods_left, [], None, [], NOW, min_ready=1))["Ready"][0] == "False"
+
+
+def test_an_unschedulable_pod_is_waiting_not_stuck_and_bad_config_is_stuck():
+    waiting = compute_status(OWNER, deployment(ready=0), [pod([{"type": "PodScheduled", "status": "False",
+                                                                "reason": "Unschedulable"}])], None, [], NOW)
+    assert conditions(waiting) == {"Ready": ("False", "PodsUnschedulable"),
+                                   "Reconciling": ("True", "PodsUnschedulable"), "Stalled": ("False", "NotStalled")}
+    secret = pod(waiting={"reason": "CreateContainerConfigError", "message": 'secret "llm-keys" not found'})
+    stuck = compute_status(OWNER, deployment(ready=0), [secret], None, [], NOW)
+    assert conditions(stuck)["Stalled"] == ("True", "ContainerConfigError")
+
+
+def test_a_rollout_past_its_deadline_is_stalled():
+    dep = deployment(ready=0)
+    dep["status"]["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                                    "message": 'ReplicaSet "svc-1" has timed out progressing.'}]
+    status = compute_status(OWNER, dep, [], None, [], NOW)
+    assert conditions(status)["Stalled"] == ("True", "ProgressDeadlineExceeded")

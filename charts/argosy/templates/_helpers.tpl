@@ -54,6 +54,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+- apiGroups: ["argosy.dev"]
+  resources: ["inferenceservices/finalizers"]
+  verbs: ["update"]
 {{- end -}}
 
 {{/* kopf's namespaced peering (rbac.py PEERING_RULES). */}}
