@@ -23,9 +23,10 @@ def openapi_schema(crd: dict[str, Any]) -> dict[str, Any]:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def to_jsonschema(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]:
+def to_jsonschema(schema: dict[str, Any], strict: bool = True, root: bool = True) -> dict[str, Any]:
     """Kubernetes' OpenAPI dialect as JSON Schema. With `strict`, unknown fields are errors
-    (kubectl's default field validation) instead of being pruned."""
+    (kubectl's default field validation) instead of being pruned. At the root, apiVersion,
+    kind and metadata are always allowed."""
     out = {k: v for k, v in schema.items() if not k.startswith("x-kubernetes") and k not in ("default",)}
     if schema.get("x-kubernetes-int-or-string"):
         # Value keywords apply to the values of their type: patterns to strings, bounds to ints.
@@ -34,15 +35,16 @@ def to_jsonschema(schema: dict[str, Any], strict: bool = True) -> dict[str, Any]
         ints = {k: out.pop(k) for k in ("minimum", "maximum") if k in out}
         out["anyOf"] = [{"type": "integer", **ints}, {"type": "string", **strings}]
     if "properties" in schema:
-        out["properties"] = {k: to_jsonschema(v, strict) for k, v in schema["properties"].items()}
+        out["properties"] = {k: to_jsonschema(v, strict, root=False) for k, v in schema["properties"].items()}
+        if root:
+            out["properties"] = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                                 "metadata": {"type": "object"}, **out["properties"]}
         if strict and not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
             out["additionalProperties"] = False
     if isinstance(schema.get("additionalProperties"), dict):
-        out["additionalProperties"] = to_jsonschema(schema["additionalProperties"], strict)
+        out["additionalProperties"] = to_jsonschema(schema["additionalProperties"], strict, root=False)
     if "items" in schema:
-        out["items"] = to_jsonschema(schema["items"], strict)
-    if schema.get("type") == "object" and schema.get("properties", {}).get("metadata") == {"type": "object"}:
-        out["properties"]["metadata"] = {"type": "object"}
+        out["items"] = to_jsonschema(schema["items"], strict, root=False)
     return out
 
 
