@@ -1,0 +1,135 @@
+"""The autoscaling signal end to end, with real parts: a real `argosy serve`, a real
+Prometheus scraping it with the labels a Kubernetes pod scrape attaches, and the exact query
+the operator writes into the ScaledObject. A burst of requests must show up as waiting
+requests (so the HPA would add replicas) and drain back to zero (so it would remove them)."""
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from argosy.operator.scaledobject import build_scaled_object
+from argosy.operator.spec import InferenceServiceSpec, Owner
+from tests.server.api.conftest import free_port
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "inferenceservice-autoscaled.yaml").read_text())
+NAMESPACE, NAME = EXAMPLE["metadata"]["namespace"], EXAMPLE["metadata"]["name"]
+POD = f"{NAME}-7d9f8b6c5d-x2k4p"
+OTHER_POD = f"{NAME}-canary-5c7f9d8b4-q8z1m"  # another service's pod: the query must not count it
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if result := check():
+                return result
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def server(llama_checkpoint):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "argosy", "serve", "--model", str(llama_checkpoint),
+                             "--served-model-name", "tiny", "--port", str(port), "--dtype", "float32",
+                             "--kv-cache-memory", str(8 << 20), "--max-num-seqs", "1", "--log-format", "text"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 60, "the server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture
+def prometheus(server, tmp_path):
+    binary = shutil.which("prometheus")
+    assert binary, "Prometheus is not installed: apt-get install -y prometheus (the README's test command does)"
+    target = server.removeprefix("http://")
+    # What a `kubernetes_sd_configs: [{role: pod}]` job yields before relabelling, and the
+    # relabelling every pod scrape applies (a PodMonitor does the same).
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [{
+                  "job_name": "kubernetes-pods",
+                  "static_configs": [
+                      {"targets": [target], "labels": {"__meta_kubernetes_namespace": NAMESPACE,
+                                                       "__meta_kubernetes_pod_name": POD}},
+                      {"targets": [target], "labels": {"__meta_kubernetes_namespace": NAMESPACE,
+                                                       "__meta_kubernetes_pod_name": OTHER_POD}}],
+                  "relabel_configs": [
+                      {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                      {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"}]}]}
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{url}/-/ready").status_code == 200, 60, "Prometheus")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def query(prometheus: str, promql: str) -> float | None:
+    result = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}).json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+def hpa_replicas(value: float, target: float, lo: int, hi: int) -> int:
+    """What the HPA does with an AverageValue external metric: ceil(value / target), bounded."""
+    return max(lo, min(hi, math.ceil(value / target)))
+
+
+def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, prometheus):
+    spec = InferenceServiceSpec.model_validate(EXAMPLE["spec"])
+    trigger = build_scaled_object(Owner(name=NAME, namespace=NAMESPACE, uid="u"), spec.autoscaling)["spec"]
+    promql = trigger["triggers"][0]["metadata"]["query"]
+    threshold = float(trigger["triggers"][0]["metadata"]["threshold"])
+    lo, hi = trigger["minReplicaCount"], trigger["maxReplicaCount"]
+    # The query answers 0 even before any scrape (`or vector(0)`): wait for real samples of both pods.
+    wait_until(lambda: query(prometheus, f'count(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 2,
+               30, "the first scrapes")
+
+    body = {"model": "tiny", "prompt": "a burst", "max_tokens": 300, "ignore_eos": True}
+    threads = [threading.Thread(target=lambda: httpx.post(f"{server}/v1/completions", json=body, timeout=300))
+               for _ in range(16)]
+    for t in threads:
+        t.start()
+    samples: list[tuple[float, float, int]] = []
+    start = time.monotonic()
+    while any(t.is_alive() for t in threads):
+        value = query(prometheus, promql)
+        samples.append((time.monotonic() - start, value, hpa_replicas(value, threshold, lo, hi)))
+        time.sleep(0.5)
+    for t in threads:
+        t.join()
+    wait_until(lambda: query(prometheus, promql) == 0.0, 30, "the queue to drain in Prometheus")
+    samples.append((time.monotonic() - start, 0.0, hpa_replicas(0.0, threshold, lo, hi)))
+
+    print(f"\nquery: {promql}\nthreshold {threshold}, replicas {lo}..{hi}")
+    print("| t (s) | waiting (Prometheus) | HPA replicas |\n|--:|--:|--:|")
+    for t, value, replicas in samples[:: max(1, len(samples) // 12)] + samples[-1:]:
+        print(f"| {t:.1f} | {value:.0f} | {replicas} |")
+    peak = max(v for _, v, _ in samples)
+    assert 0 < peak <= 15  # one request runs, at most fifteen wait; the canary pod is not counted
+    assert max(r for _, _, r in samples) >= 2 and samples[-1][2] == lo
+    everything = query(prometheus, f'sum(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})')
+    assert everything == 0.0  # both scrapes drained too
