@@ -83,7 +83,9 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
             results.append(httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120))
 
         threads = [threading.Thread(target=post) for _ in range(3)]  # one running, two waiting
-        for t in threads:
+        threads[0].start()  # until its first step, the first request counts as waiting too
+        wait_for(lambda: srv.state.engine.num_running == 1)
+        for t in threads[1:]:
             t.start()
         wait_for(lambda: srv.state.engine.num_waiting == 2)
         assert srv.metric("argosy_num_requests_waiting") == 2
