@@ -4,6 +4,7 @@ the operator writes into the ScaledObject. A burst of requests must show up as w
 requests (so the HPA would add replicas) and drain back to zero (so it would remove them)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import subprocess
@@ -40,20 +41,26 @@ def wait_until(check, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture
-def server(llama_checkpoint):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "argosy", "serve", "--model", str(llama_checkpoint),
-                             "--served-model-name", "tiny", "--port", str(port), "--dtype", "float32",
-                             "--kv-cache-memory", str(8 << 20), "--max-num-seqs", "1", "--log-format", "text"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+@contextlib.contextmanager
+def running(command: list[str], ready_url: str, what: str):
+    """A real process, until the block ends; it is ready once ready_url answers 200."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 60, "the server")
-        yield url
+        wait_until(lambda: httpx.get(ready_url).status_code == 200, 60, what)
+        yield
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.fixture
+def server(llama_checkpoint):
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "argosy", "serve", "--model", str(llama_checkpoint), "--served-model-name",
+               "tiny", "--port", url.rsplit(":", 1)[1], "--dtype", "float32", "--kv-cache-memory", str(8 << 20),
+               "--max-num-seqs", "1", "--log-format", "text"]
+    with running(command, f"{url}/health", "the server"):
+        yield url
 
 
 @pytest.fixture
@@ -75,17 +82,11 @@ def prometheus(server, tmp_path):
                       {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
                       {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"}]}]}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{url}/-/ready").status_code == 200, 60, "Prometheus")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    address = f"127.0.0.1:{free_port()}"
+    command = [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+               f"--web.listen-address={address}"]
+    with running(command, f"http://{address}/-/ready", "Prometheus"):
+        yield f"http://{address}"
 
 
 def query(prometheus: str, promql: str) -> float | None:
