@@ -48,6 +48,7 @@ def declare_resources(emulator: ClusterEmulator, keda: bool) -> None:
 async def cluster(tmp_path, monkeypatch):
     """An emulated API server with the CRD (and KEDA's) served, and a kubeconfig pointing at it."""
     async with ClusterEmulator() as emulator, kmock.Server(emulator) as server:
+        emulator.failures = {}
         declare_resources(emulator, keda=True)
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump({

@@ -22,12 +22,17 @@ NOT_SPEC = ("metadata", "status", "apiVersion", "kind")
 
 class ClusterEmulator(kmock.KubernetesEmulator):
     _versions = itertools.count(1)
+    # (HTTP method, plural) -> status to answer instead, for tests of API failures
+    failures: dict[tuple[str, str], int] = {}
 
     def has_status_subresource(self, resource) -> bool:
         info = self.resources[resource] if resource in list(self._resources) else None
         return info is not None and "status" in info.subresources
 
     async def _handle(self, request):
+        failure = request.resource and self.failures.get((request.method.value, request.resource.plural))
+        if failure:
+            raise KubernetesError(status=failure, reason="InternalError", message="injected failure")
         if request.resource is None or request.action in (enums.action.LIST, enums.action.WATCH,
                                                           enums.action.FETCH) and request.method != "PUT":
             return await apps.RawHandler._handle(self, request)

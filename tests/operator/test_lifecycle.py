@@ -170,3 +170,16 @@ async def test_missing_keda_is_reported_retried_with_backoff_and_recovers(cluste
         declare_resources(cluster, keda=True)  # KEDA gets installed
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"), timeout=30)
         await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["reason"] == "Progressing")
+
+
+async def test_an_api_error_is_reported_retried_and_survived(cluster):
+    cluster.failures[("POST", "poddisruptionbudgets")] = 500
+    async with running_operator():
+        await create(cluster, inference_service())
+        condition = await eventually(lambda: ready_condition(live(cluster, AIS, "llama")))
+        assert condition["reason"] == "APIError" and "PodDisruptionBudget" in condition["message"]
+        assert live(cluster, DEPLOYMENTS, "llama") is not None and live(cluster, SERVICES, "llama") is not None
+        await eventually(lambda: "APIError" in event_reasons(cluster, "Warning"))
+        cluster.failures.clear()  # the API server recovers; the retry (after 10 s) completes the job
+        await eventually(lambda: live(cluster, PDBS, "llama"), timeout=30)
+        await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["reason"] == "Progressing")
