@@ -42,10 +42,10 @@ def build_metadata(slot_mapping: torch.Tensor, query_start_loc: torch.Tensor, se
                    block_tables: torch.Tensor, block_size: int) -> AttentionMetadata:
     q_lens = query_start_loc[1:] - query_start_loc[:-1]
     tiles = []
-    for group in (q_lens == 1, q_lens > 1):  # decodes, then prefill chunks
-        idx = group.nonzero().flatten()
+    for decode in (True, False):  # tiles of one query for decodes, of up to PREFILL_TILE for prefills
+        idx = (q_lens == 1 if decode else q_lens > 1).nonzero().flatten()
         if idx.numel():
-            tile_size = 1 if q_lens[idx[0]] == 1 else min(PREFILL_TILE, _next_pow2(int(q_lens[idx].max())))
+            tile_size = 1 if decode else min(PREFILL_TILE, _next_pow2(int(q_lens[idx].max())))
             tiles.append(_plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx],
                                      block_tables[idx], block_size, tile_size))
     return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from argosy.server.config import EngineConfig, kv_cache_budget, resolve_limits
+from argosy.server.default_model import resolve_model_path
 from argosy.server.errors import InvalidRequestError
 from argosy.server.kv_cache_manager import KVCacheManager
 from argosy.server.model_config import ModelConfig
@@ -39,12 +40,9 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig):
-        from argosy.server.default_model import DEFAULT_MODEL_NAME, resolve_model_path
-
         self.config = config
         path = resolve_model_path(config.model)
         self.model_config = ModelConfig.from_folder(path)
-        self.served_model_name = config.served_model_name or config.model or DEFAULT_MODEL_NAME
         self.limits = resolve_limits(config, self.model_config)
         self.tokenizer = Tokenizer(path)
         device = config.torch_device()

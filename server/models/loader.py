@@ -33,7 +33,7 @@ def load_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_p
     for name, tensor in iter_tensors(cfg.path):
         if _IGNORED.match(name) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
             continue
-        target, part = _target(name, cfg)
+        target, part = _target(name)
         if target not in params:
             raise CheckpointError(cfg.path, f"unexpected tensor {name!r} for {cfg.architecture}")
         dest = _slice(params[target], part, cfg, target)
@@ -50,7 +50,7 @@ def load_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_p
     return model.eval()
 
 
-def _target(name: str, cfg: ModelConfig) -> tuple[str, int]:
+def _target(name: str) -> tuple[str, int]:
     name = name.removeprefix("model.")
     parts = name.split(".")
     for i, part in enumerate(parts):
