@@ -86,12 +86,18 @@ def resolve_limits(config: EngineConfig, model: ModelConfig) -> EngineLimits:
     return EngineLimits(max_model_len, batched)
 
 
-def kv_cache_budget(config: EngineConfig, device: torch.device) -> int:
-    """Bytes for the KV cache: the configured amount, or what the device can spare."""
+def kv_cache_budget(config: EngineConfig, device: torch.device, peak_bytes: int | None) -> int:
+    """Bytes for the KV cache: the configured amount, or what the GPU can spare."""
     if config.kv_cache_memory is not None:
         return config.kv_cache_memory
-    if device.type == "cpu":
+    if device.type != "cuda" or peak_bytes is None:
         return CPU_KV_CACHE_BYTES
     free, total = torch.cuda.mem_get_info(device)
-    # Leave room for activations: an eighth of what remains after the weights.
-    return max(0, int(total * config.gpu_memory_utilization) - (total - free)) * 7 // 8
+    others = max(0, (total - free) - torch.cuda.memory_reserved(device))  # other processes, CUDA context
+    return gpu_kv_budget(total, others, peak_bytes, config.gpu_memory_utilization)
+
+
+def gpu_kv_budget(total: int, others: int, peak_of_ours: int, utilization: float) -> int:
+    """Our share of the GPU, minus our peak (weights and the largest step's activations)
+    and what others hold."""
+    return max(0, int(total * utilization) - peak_of_ours - others)

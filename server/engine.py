@@ -48,10 +48,14 @@ class LLMEngine:
         device = config.torch_device()
         self.dtype = config.torch_dtype(self.model_config, device)
         torch.manual_seed(config.seed)
-        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
-        num_blocks = self._num_blocks(block_bytes, device)
         self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len,
-                                  config.block_size, num_blocks)
+                                  config.block_size)
+        # The KV cache gets what is left once the weights and the largest step's activations fit.
+        peak = self.runner.profile_peak_bytes(min(self.limits.max_num_batched_tokens, self.limits.max_model_len),
+                                              config.max_num_seqs)
+        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
+        num_blocks = self._num_blocks(block_bytes, device, peak)
+        self.runner.allocate_kv_cache(num_blocks)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens,
                                    config.enable_chunked_prefill)
@@ -62,8 +66,8 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
 
-    def _num_blocks(self, block_bytes: int, device: torch.device) -> int:
-        budget = kv_cache_budget(self.config, device)
+    def _num_blocks(self, block_bytes: int, device: torch.device, peak_bytes: int | None) -> int:
+        budget = kv_cache_budget(self.config, device, peak_bytes)
         num_blocks = budget // block_bytes
         needed = -(-self.limits.max_model_len // self.config.block_size)
         if num_blocks < needed:

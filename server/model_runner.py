@@ -17,14 +17,40 @@ def kv_bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) ->
 
 class ModelRunner:
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_model_len: int,
-                 block_size: int, num_blocks: int):
-        self.device = device
-        self.block_size = block_size
+                 block_size: int):
+        self.cfg, self.dtype, self.device, self.block_size = cfg, dtype, device, block_size
         self.model = load_model(cfg, dtype, device, max_model_len)
+        self.kv_cache = self._empty_cache(0)
+
+    def _empty_cache(self, num_blocks: int) -> torch.Tensor:
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities,
         # and uninitialised memory could hold NaN.
-        self.kv_cache = torch.zeros(cfg.num_layers, 2, num_blocks, block_size, cfg.num_kv_heads,
-                                    cfg.head_dim, dtype=dtype, device=device)
+        cfg = self.cfg
+        return torch.zeros(cfg.num_layers, 2, num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim,
+                           dtype=self.dtype, device=self.device)
+
+    def allocate_kv_cache(self, num_blocks: int) -> None:
+        self.kv_cache = self._empty_cache(num_blocks)
+
+    @torch.inference_mode()
+    def profile_peak_bytes(self, num_tokens: int, num_logits: int) -> int | None:
+        """Runs the largest step the scheduler can produce (a prefill of num_tokens, logits
+        for num_logits rows) and returns the device's peak memory: weights plus activations.
+        None on CPU, whose KV cache is sized by bytes alone; the pass itself runs anyway."""
+        num_blocks = -(-num_tokens // self.block_size)
+        cache = self._empty_cache(num_blocks)
+        positions = torch.arange(num_tokens, device=self.device)
+        meta = build_metadata(positions, torch.tensor([0, num_tokens], device=self.device),
+                              torch.tensor([num_tokens], device=self.device),
+                              torch.arange(num_blocks, device=self.device)[None, :], self.block_size)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        hidden = self.model(torch.zeros(num_tokens, dtype=torch.long, device=self.device), positions, cache, meta)
+        self.model.compute_logits(hidden[:num_logits])
+        if self.device.type != "cuda":
+            return None
+        torch.cuda.synchronize(self.device)
+        return torch.cuda.max_memory_allocated(self.device)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> torch.Tensor:

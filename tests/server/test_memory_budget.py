@@ -1,0 +1,29 @@
+"""Sizing the KV cache: a byte budget on CPU; on GPU what is left of gpu_memory_utilization
+after the weights and the largest step's activations, measured by a profiling pass. The pass
+is the same code on CPU, where it runs but measures nothing."""
+from __future__ import annotations
+
+import torch
+
+from argosy import LLM
+from argosy.server.config import CPU_KV_CACHE_BYTES, EngineConfig, gpu_kv_budget, kv_cache_budget
+
+
+def test_gpu_budget_leaves_room_for_weights_activations_and_others():
+    gib = 1 << 30
+    assert gpu_kv_budget(total=80 * gib, others=2 * gib, peak_of_ours=20 * gib, utilization=0.9) == \
+        int(72 * gib) - 22 * gib
+    assert gpu_kv_budget(total=16 * gib, others=0, peak_of_ours=16 * gib, utilization=0.9) == 0
+
+
+def test_cpu_budget_is_the_configured_bytes():
+    cpu = torch.device("cpu")
+    assert kv_cache_budget(EngineConfig(), cpu, None) == CPU_KV_CACHE_BYTES
+    assert kv_cache_budget(EngineConfig(kv_cache_memory=12345), cpu, None) == 12345
+
+
+def test_the_profiling_pass_runs_the_largest_step(llama_checkpoint):
+    llm = LLM(str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20, max_num_batched_tokens=300)
+    runner = llm.engine.runner
+    assert runner.profile_peak_bytes(300, 256) is None  # CPU: nothing to measure
+    assert runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # the real cache came after it
