@@ -50,9 +50,12 @@ class LLMEngine:
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len,
                                   config.block_size)
-        # The KV cache gets what is left once the weights and the largest step's activations fit.
-        peak = self.runner.profile_peak_bytes(min(self.limits.max_num_batched_tokens, self.limits.max_model_len),
-                                              config.max_num_seqs)
+        # On a GPU the KV cache gets what is left once the weights and the largest step's
+        # activations fit; a CPU cache is sized in bytes and needs no measurement.
+        peak = None
+        if device.type == "cuda":
+            peak = self.runner.profile_peak_bytes(
+                min(self.limits.max_num_batched_tokens, self.limits.max_model_len), config.max_num_seqs)
         block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
         num_blocks = self._num_blocks(block_bytes, device, peak)
         self.runner.allocate_kv_cache(num_blocks)

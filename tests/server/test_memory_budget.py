@@ -25,5 +25,5 @@ def test_cpu_budget_is_the_configured_bytes():
 def test_the_profiling_pass_runs_the_largest_step(llama_checkpoint):
     llm = LLM(str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20, max_num_batched_tokens=300)
     runner = llm.engine.runner
-    assert runner.profile_peak_bytes(300, 256) is None  # CPU: nothing to measure
+    assert runner.profile_peak_bytes(300, 256) is None  # the GPU's pass, on CPU: runs, measures nothing
     assert runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # the real cache came after it
