@@ -78,16 +78,20 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
 
 
 def test_requests_past_the_shutdown_timeout_end_with_an_error_event(llama_checkpoint):
-    proc, url = start_server(llama_checkpoint, "--shutdown-timeout", "0.3", "--max-model-len", "512")
+    # Eight long streams on four sequence slots cannot all finish within 0.1 s.
+    proc, url = start_server(llama_checkpoint, "--shutdown-timeout", "0.1", "--max-model-len", "512")
     results: list = []
-    started = threading.Event()
-    thread = stream_in_background(url, 500, results, started)
-    assert started.wait(30)
+    started = [threading.Event() for _ in range(8)]
+    threads = [stream_in_background(url, 500, results, s) for s in started]
+    assert started[0].wait(30)
     proc.send_signal(signal.SIGTERM)
-    thread.join(60)
+    for t in threads:
+        t.join(60)
     assert proc.wait(60) == 0
-    (events,) = results
-    assert events[-1] == "[DONE]"
-    error = json.loads(events[-2])["error"]
-    assert error["code"] == "shutting_down" and "shut down" in error["message"]
-    assert generated_text_tokens(events) < 500
+    cut = [events for events in results if events and "error" in json.loads(events[-2])]
+    assert cut, "no stream was cut short"
+    for events in cut:
+        assert events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+        assert error["code"] == "shutting_down" and "shut down" in error["message"]
+        assert generated_text_tokens(events) < 500
