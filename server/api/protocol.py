@@ -83,7 +83,7 @@ class CompletionRequest(SamplingFields):
         return prompts
 
     def to_sampling_params(self) -> SamplingParams:
-        if self.best_of is not None and self.best_of != self.n:
+        if self.best_of is not None and self.best_of != (self.n or 1):
             raise InvalidRequestError("best_of is not supported (it must equal n)", param="best_of")
         if self.suffix:
             raise InvalidRequestError("suffix is not supported", param="suffix")

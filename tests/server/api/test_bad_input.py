@@ -160,3 +160,8 @@ def test_a_failing_engine_step_fails_its_requests_with_500_and_the_server_recove
     assert httpx.post(f"{server.url}/v1/completions", json=OK_COMPLETION, timeout=30).status_code == 200
     assert httpx.get(f"{server.url}/health").status_code == 200
     assert engine.stats().kv_blocks_used == 0
+
+
+def test_best_of_equal_to_the_default_n_is_accepted(server):
+    response = httpx.post(f"{server.url}/v1/completions", json={**OK_COMPLETION, "best_of": 1})
+    assert response.status_code == 200
