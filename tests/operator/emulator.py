@@ -33,6 +33,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         failure = request.resource and self.failures.get((request.method.value, request.resource.plural))
         if failure:
             raise KubernetesError(status=failure, reason="InternalError", message="injected failure")
+        if request.resource is not None and request.subresource == "scale":
+            async with self._lock:
+                return aiohttp.web.json_response(await self._scale(request))
         if request.resource is None or request.action in (enums.action.LIST, enums.action.WATCH,
                                                           enums.action.FETCH) and request.method != "PUT":
             return await apps.RawHandler._handle(self, request)
@@ -97,6 +100,22 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             if self.has_status_subresource(request.resource) and "status" in current:
                 new["status"] = current["status"]
         return await self._store(request.resource, current, new)
+
+    async def _scale(self, request) -> dict[str, Any]:
+        """The scale subresource (spec.replicas, status.replicas, status.selector), as the
+        CRD's scale paths declare it; `kubectl scale` reads and patches it."""
+        current = self._existing(request.resource, request.namespace, request.name)
+        if request.method.value in ("PATCH", "PUT"):
+            replicas = (request.data.get("spec") or {}).get("replicas")
+            new = copy.deepcopy(current)
+            new["spec"] = {**new.get("spec", {}), "replicas": replicas}
+            current = await self._store(request.resource, current, new)
+        meta = current["metadata"]
+        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
+                "spec": {"replicas": current.get("spec", {}).get("replicas", 0)},
+                "status": {"replicas": (current.get("status") or {}).get("replicas", 0),
+                           "selector": (current.get("status") or {}).get("selector", "")}}
 
     async def _replace(self, request) -> dict[str, Any]:
         current = self._existing(request.resource, request.namespace, request.name)

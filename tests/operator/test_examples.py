@@ -45,3 +45,20 @@ async def test_kubectl_apply_reaches_the_operator(cluster):
         deployment = await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"), timeout=20)
         assert "--served-model-name" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert live(cluster, SERVICES, "llama3-8b") is not None
+
+
+async def test_kubectl_scale_sets_the_replica_count_through_the_scale_subresource(cluster):
+    kubeconfig = os.environ["KUBECONFIG"]
+    async with running_operator():
+        apply = await asyncio.create_subprocess_exec(
+            "kubectl", "--kubeconfig", kubeconfig, "apply", "--validate=false", "-f",
+            str(ROOT / "examples" / "inferenceservice-gpu.yaml"), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        assert await apply.wait() == 0
+        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"))
+        scale = await asyncio.create_subprocess_exec(
+            "kubectl", "--kubeconfig", kubeconfig, "-n", "llm", "scale", "ais", "llama3-8b", "--replicas=3",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(scale.communicate(), 60)
+        assert scale.returncode == 0, err.decode()
+        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b")["spec"]["replicas"] == 3, timeout=20)
