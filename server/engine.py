@@ -18,7 +18,7 @@ from argosy.server.output_processor import OutputProcessor
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampler import Sampler
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.scheduler import Scheduler, SchedulerOutput
+from argosy.server.scheduler import Scheduler
 from argosy.server.sequence import Request, Sequence
 from argosy.server.tokenizer import Tokenizer
 

@@ -19,7 +19,7 @@ from argosy.operator import rbac
 from argosy.operator.labels import labels as pod_labels
 from argosy.operator.main import add_operator_args
 from argosy.operator.spec import DEFAULT_IMAGE, Owner
-from tests.operator.crd_schema import admit, openapi_schema, to_jsonschema
+from tests.operator.crd_schema import openapi_schema, to_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "argosy"
