@@ -47,11 +47,6 @@ def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **
         raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2 ** retry))
 
 
-@kopf.on.event(*OWNED[0], labels=MANAGED)
-@kopf.on.event(*OWNED[1], labels=MANAGED)
-@kopf.on.event(*OWNED[2], labels=MANAGED)
-@kopf.on.event(*OWNED[3], labels=MANAGED)
-@kopf.on.event(*OWNED[4], labels=MANAGED)
 def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An owned object changed (rollout progress, a pod failing, someone's edit): reconcile
     its InferenceService so that status follows and drift is put back."""
@@ -59,6 +54,10 @@ def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     name = (meta.get("labels") or {}).get(OWNER_LABEL)
     if name is not None:
         _reconcile(memo.kube, meta["namespace"], name)
+
+
+for _resource in OWNED:
+    owned_object_changed = kopf.on.event(*_resource, labels=MANAGED)(owned_object_changed)
 
 
 def _reconcile(kube: KubeClient, namespace: str, name: str):

@@ -84,8 +84,6 @@ class LLMEngine:
                     arrival_time: float | None = None) -> None:
         """Queues a prompt (text, or token ids). Raises InvalidRequestError, with nothing
         allocated, when the request cannot be served."""
-        if request_id in self.requests:
-            raise InvalidRequestError(f"request id {request_id!r} is already in use", param="request_id")
         self.enqueue(self.make_request(request_id, prompt, params, arrival_time))
 
     def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,

@@ -129,3 +129,14 @@ def test_engine_settings_are_checked(llama_checkpoint):
         LLM(str(llama_checkpoint), kv_cache_memory=1000)
     with pytest.raises(InvalidRequestError, match="without chunked prefill"):
         LLM(str(llama_checkpoint), enable_chunked_prefill=False, max_num_batched_tokens=64)
+
+
+def test_a_request_id_in_use_is_refused_and_the_first_request_is_kept(llm):
+    engine = llm.engine
+    engine.add_request("same", "hello", SamplingParams(max_tokens=2))
+    with pytest.raises(InvalidRequestError, match="already in use") as err:
+        engine.add_request("same", "other", SamplingParams(max_tokens=2))
+    assert err.value.param == "request_id" and llm.stats().num_waiting == 1
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert llm.stats().kv_blocks_used == 0
