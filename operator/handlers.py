@@ -15,13 +15,9 @@ from argosy.operator.reconcile import reconcile
 from argosy.operator.spec import GROUP, PLURAL, VERSION
 from argosy.operator.status import ready_condition
 
-MANAGED = {"app.kubernetes.io/managed-by": MANAGED_BY}
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 OWNED = [("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"),
          ("v1", "pods"), ("keda.sh", "v1alpha1", "scaledobjects")]
-# Problems that may clear by themselves (KEDA installed later, a conflicting object removed):
-# retried with growing delays, never in a hot loop.
-RETRYABLE = {"ResourceConflict", "KEDANotInstalled", "APIError"}
 MAX_RETRY_DELAY = 300
 
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
@@ -43,7 +39,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 @kopf.on.update(GROUP, VERSION, PLURAL)
 def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
     problem = _reconcile(memo.kube, namespace, name)
-    if problem is not None and problem.reason in RETRYABLE:
+    if problem is not None and problem.retryable:
         raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2 ** retry))
 
 
@@ -57,7 +53,7 @@ def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 for _resource in OWNED:
-    owned_object_changed = kopf.on.event(*_resource, labels=MANAGED)(owned_object_changed)
+    owned_object_changed = kopf.on.event(*_resource)(owned_object_changed)
 
 
 def _reconcile(kube: KubeClient, namespace: str, name: str):

@@ -9,6 +9,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from argosy.operator.spec import GROUP, KIND, PLURAL, VERSION
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -32,7 +34,7 @@ SERVICE = Kind("", "v1", "services", "Service")
 PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 POD = Kind("", "v1", "pods", "Pod")
-INFERENCE_SERVICE = Kind("argosy.dev", "v1alpha1", "inferenceservices", "InferenceService")
+INFERENCE_SERVICE = Kind(GROUP, VERSION, PLURAL, KIND)
 
 
 # (connect, read) seconds: a hung connection must not hold a service's reconcile lock forever.

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from argosy.operator.spec import GROUP, KIND, SERVER_PORT, VERSION, Owner
+from argosy.operator.kube import INFERENCE_SERVICE
+from argosy.operator.spec import SERVER_PORT, Owner
 
 MANAGED_BY = "argosy-operator"
 OWNER_LABEL = "argosy.dev/inferenceservice"
@@ -23,12 +24,12 @@ def selector_string(owner: Owner) -> str:
 
 
 def owner_reference(owner: Owner) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": owner.name, "uid": owner.uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {"apiVersion": INFERENCE_SERVICE.api_version, "kind": INFERENCE_SERVICE.kind, "name": owner.name,
+            "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
 
 
-def metadata(owner: Owner, name: str | None = None) -> dict[str, Any]:
-    return {"name": name or owner.name, "namespace": owner.namespace, "labels": labels(owner),
+def metadata(owner: Owner) -> dict[str, Any]:
+    return {"name": owner.name, "namespace": owner.namespace, "labels": labels(owner),
             "ownerReferences": [owner_reference(owner)]}
 
 

@@ -47,22 +47,24 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
         return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
     if spec.autoscaling is None and _remove_scaled_object(kube, owner):  # before the replica count returns
         changes.append(f"deleted ScaledObject {owner.name}")
+    deployment: dict[str, Any] | None = None
     for kind, desired in desired_objects(owner, spec):
         try:
-            change = apply(kube, kind, desired, owner)
+            change, live = apply(kube, kind, desired, owner)
         except NotOwned as exc:
-            problem = problem or Problem("ResourceConflict", str(exc))
+            problem = problem or Problem("ResourceConflict", str(exc), retryable=True)
         except KindNotInstalled:
             problem = problem or Problem("KEDANotInstalled", "autoscaling needs KEDA: the ScaledObject kind "
-                                                             "(keda.sh/v1alpha1) is not served by this cluster")
+                                                             "(keda.sh/v1alpha1) is not served by this cluster",
+                                         retryable=True)
         except ApiException as exc:
-            problem = problem or Problem("APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}")
+            problem = problem or Problem("APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}",
+                                         retryable=True)
         else:
             if change:
                 changes.append(f"{change} {kind.kind} {owner.name}")
-    deployment = kube.get(DEPLOYMENT, owner.namespace, owner.name)
-    if deployment is not None and not _owned(deployment, owner):
-        deployment = None
+            if kind == DEPLOYMENT:
+                deployment = live
     pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
     min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
     return ReconcileResult(compute_status(owner, deployment, pods, problem, previous, _now(), min_ready), problem,
@@ -73,27 +75,26 @@ class NotOwned(Exception):
     """An object of the wanted name exists but belongs to someone else; we never take it over."""
 
 
-def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -> str | None:
-    """Creates or restores one object; returns what it did, or None when it was already right."""
+def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -> tuple[str | None, dict[str, Any]]:
+    """Creates or restores one object; returns what it did (None when it was already right)
+    and the object as the API server now holds it."""
     desired = with_last_applied(desired)
     meta = desired["metadata"]
     live = kube.get(kind, meta["namespace"], meta["name"])
     if live is None:
         try:
-            kube.create(kind, desired)
+            return "created", kube.create(kind, desired)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             live = kube.get(kind, meta["namespace"], meta["name"])  # created meanwhile: check it instead
-        else:
-            return "created"
     if live is None or not _owned(live, owner):
         raise NotOwned(f"{kind.kind} {meta['namespace']}/{meta['name']} exists and is not owned by "
                        f"InferenceService {owner.name}; delete or rename it")
     if differences(desired, live):
-        kube.patch(kind, meta["namespace"], meta["name"], merge_patch(desired, live, last_applied(live)))
-        return "updated"
-    return None
+        patch = merge_patch(desired, live, last_applied(live))
+        return "updated", kube.patch(kind, meta["namespace"], meta["name"], patch)
+    return None, live
 
 
 def _remove_scaled_object(kube: KubeClient, owner: Owner) -> bool:

@@ -20,11 +20,14 @@ _STUCK_CONTAINER = {"ErrImagePull": "ImagePullFailed", "ImagePullBackOff": "Imag
 @dataclass(frozen=True)
 class Problem:
     """Why the service is not ready; reason is CamelCase as Kubernetes reasons are. A stalled
-    problem needs someone to act; the others (a pod waiting for a node) may clear by themselves."""
+    problem needs someone to act; the others (a pod waiting for a node) may clear by themselves.
+    A retryable problem met by the reconcile itself (KEDA installed later, a conflicting object
+    removed) is retried with growing delays."""
 
     reason: str
     message: str
     stalled: bool = True
+    retryable: bool = False
 
 
 def diagnose_pods(pods: list[dict[str, Any]]) -> Problem | None:
@@ -105,12 +108,16 @@ def _rolled_out(deployment: dict[str, Any], desired: int, autoscaled: bool) -> b
 
 def _condition(kind: str, status: str, reason: str, message: str, generation: int,
                previous: list[dict[str, Any]], now: str) -> dict[str, Any]:
-    before = next((c for c in previous if c.get("type") == kind), None)
+    before = find_condition(previous, kind)
     since = before["lastTransitionTime"] if before and before.get("status") == status \
         and before.get("lastTransitionTime") else now
     return {"type": kind, "status": status, "reason": reason, "message": message,
             "observedGeneration": generation, "lastTransitionTime": since}
 
 
+def find_condition(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
 def ready_condition(status: dict[str, Any]) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    return find_condition(status.get("conditions") or [], "Ready")
