@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import copy
 import time
-from pathlib import Path
 from typing import Any
 
 import kmock
@@ -13,10 +12,11 @@ import kopf
 import pytest
 import yaml
 
+from argosy.operator import status
+from tests.operator.crd_schema import load_crd
 from tests.operator.emulator import ClusterEmulator
 
-ROOT = Path(__file__).resolve().parents[2]
-CRD = yaml.safe_load((ROOT / "crds" / "inferenceservices.argosy.dev.yaml").read_text())
+CRD = load_crd()
 AIS = kmock.resource("argosy.dev", "v1alpha1", "inferenceservices")
 DEPLOYMENTS = kmock.resource("apps", "v1", "deployments")
 SERVICES = kmock.resource("", "v1", "services")
@@ -129,8 +129,8 @@ async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int
                          headers={"Content-Type": "application/merge-patch+json"})
 
 
-def ready_condition(obj: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return status.ready_condition(obj.get("status") or {})
 
 
 def writes(emulator: ClusterEmulator, since: int = 0) -> list:

@@ -15,17 +15,17 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "inferenceservices.argosy.dev.yaml"
 
 
-def load_crd(path: Path = CRD_PATH) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text())
+def load_crd() -> dict[str, Any]:
+    return yaml.safe_load(CRD_PATH.read_text())
 
 
 def openapi_schema(crd: dict[str, Any]) -> dict[str, Any]:
     return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def to_jsonschema(schema: dict[str, Any], strict: bool = True, root: bool = True) -> dict[str, Any]:
-    """Kubernetes' OpenAPI dialect as JSON Schema. With `strict`, unknown fields are errors
-    (kubectl's default field validation) instead of being pruned. At the root, apiVersion,
+def to_jsonschema(schema: dict[str, Any], root: bool = True) -> dict[str, Any]:
+    """Kubernetes' OpenAPI dialect as JSON Schema. Unknown fields are errors (kubectl's
+    default field validation) instead of being pruned. At the root, apiVersion,
     kind and metadata are always allowed."""
     out = {k: v for k, v in schema.items() if not k.startswith("x-kubernetes") and k not in ("default",)}
     if schema.get("x-kubernetes-int-or-string"):
@@ -35,16 +35,16 @@ def to_jsonschema(schema: dict[str, Any], strict: bool = True, root: bool = True
         ints = {k: out.pop(k) for k in ("minimum", "maximum") if k in out}
         out["anyOf"] = [{"type": "integer", **ints}, {"type": "string", **strings}]
     if "properties" in schema:
-        out["properties"] = {k: to_jsonschema(v, strict, root=False) for k, v in schema["properties"].items()}
+        out["properties"] = {k: to_jsonschema(v, root=False) for k, v in schema["properties"].items()}
         if root:
             out["properties"] = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
                                  "metadata": {"type": "object"}, **out["properties"]}
-        if strict and not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
+        if not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
             out["additionalProperties"] = False
     if isinstance(schema.get("additionalProperties"), dict):
-        out["additionalProperties"] = to_jsonschema(schema["additionalProperties"], strict, root=False)
+        out["additionalProperties"] = to_jsonschema(schema["additionalProperties"], root=False)
     if "items" in schema:
-        out["items"] = to_jsonschema(schema["items"], strict, root=False)
+        out["items"] = to_jsonschema(schema["items"], root=False)
     return out
 
 
@@ -78,9 +78,9 @@ def cel_failures(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
     return failures
 
 
-def admit(obj: dict[str, Any], crd: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+def admit(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(the object as stored, the reasons it would be rejected)."""
-    schema = openapi_schema(crd or load_crd())
+    schema = openapi_schema(load_crd())
     defaulted = apply_defaults(schema, obj)
     validator = jsonschema.Draft7Validator(to_jsonschema(schema))
     errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(defaulted)]
