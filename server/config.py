@@ -2,6 +2,7 @@
 `resolve_limits`, which settles the values that depend on the checkpoint and the device."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -86,12 +87,15 @@ def resolve_limits(config: EngineConfig, model: ModelConfig) -> EngineLimits:
     return EngineLimits(max_model_len, batched)
 
 
-def kv_cache_budget(config: EngineConfig, device: torch.device, peak_bytes: int | None) -> int:
-    """Bytes for the KV cache: the configured amount, or what the GPU can spare."""
+def kv_cache_budget(config: EngineConfig, device: torch.device, measure_peak: Callable[[], int]) -> int:
+    """Bytes for the KV cache: the configured amount, or what the GPU can spare once the
+    weights and the largest step's activations fit. Only that last case runs measure_peak,
+    a forward pass of the largest step."""
     if config.kv_cache_memory is not None:
         return config.kv_cache_memory
-    if device.type != "cuda" or peak_bytes is None:
+    if device.type != "cuda":
         return CPU_KV_CACHE_BYTES
+    peak_bytes = measure_peak()
     free, total = torch.cuda.mem_get_info(device)
     others = max(0, (total - free) - torch.cuda.memory_reserved(device))  # other processes, CUDA context
     return gpu_kv_budget(total, others, peak_bytes, config.gpu_memory_utilization)

@@ -26,9 +26,7 @@ class IncrementalDetokenizer:
     def add(self, token_id: int, check_stop: bool = True) -> str | None:
         """Appends a token; returns the stop string it completed, if any (text is then cut)."""
         self.ids.append(token_id)
-        decode = self.tokenizer.decode
-        prefix = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special_tokens)
-        full = decode(self.ids[self.prefix_offset:], self.skip_special_tokens)
+        prefix, full = self._decode_unread()
         if len(full) <= len(prefix) or full.endswith("\ufffd"):
             return None  # an incomplete character: wait for the next token
         delta = full[len(prefix):]
@@ -54,10 +52,16 @@ class IncrementalDetokenizer:
     def flush(self) -> None:
         """At the end, emits whatever is left, even an incomplete character."""
         if self.read_offset < len(self.ids):
-            decode = self.tokenizer.decode
-            prefix = decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special_tokens)
-            self.text += decode(self.ids[self.prefix_offset:], self.skip_special_tokens)[len(prefix):]
+            prefix, full = self._decode_unread()
+            self.text += full[len(prefix):]
             self.read_offset = len(self.ids)
+
+    def _decode_unread(self) -> tuple[str, str]:
+        """The context window decoded without and with the tokens not yet read; the new text
+        is what the second adds (decoding with context keeps word-initial spaces right)."""
+        decode = self.tokenizer.decode
+        return (decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special_tokens),
+                decode(self.ids[self.prefix_offset:], self.skip_special_tokens))
 
     def copy(self) -> IncrementalDetokenizer:
         twin = object.__new__(IncrementalDetokenizer)

@@ -50,14 +50,10 @@ class LLMEngine:
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len,
                                   config.block_size)
-        # On a GPU the KV cache gets what is left once the weights and the largest step's
-        # activations fit; a CPU cache is sized in bytes and needs no measurement.
-        peak = None
-        if device.type == "cuda":
-            peak = self.runner.profile_peak_bytes(
-                min(self.limits.max_num_batched_tokens, self.limits.max_model_len), config.max_num_seqs)
-        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
-        num_blocks = self._num_blocks(block_bytes, device, peak)
+        largest_step = min(self.limits.max_num_batched_tokens, self.limits.max_model_len)
+        budget = kv_cache_budget(config, device,
+                                 lambda: self.runner.profile_peak_bytes(largest_step, config.max_num_seqs))
+        num_blocks = self._num_blocks(budget, kv_bytes_per_block(self.model_config, config.block_size, self.dtype))
         self.runner.allocate_kv_cache(num_blocks)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens,
@@ -69,8 +65,7 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
 
-    def _num_blocks(self, block_bytes: int, device: torch.device, peak_bytes: int | None) -> int:
-        budget = kv_cache_budget(self.config, device, peak_bytes)
+    def _num_blocks(self, budget: int, block_bytes: int) -> int:
         num_blocks = budget // block_bytes
         needed = -(-self.limits.max_model_len // self.config.block_size)
         if num_blocks < needed:
@@ -158,7 +153,7 @@ class LLMEngine:
         targets, rows = self._fork_pending(completing)
         if not targets:  # only partial prefill chunks ran
             return []
-        sampled = self.sampler(logits if len(targets) == len(completing) else logits[rows], targets)
+        sampled = self.sampler(logits if rows is None else logits[rows], targets)
         touched: dict[str, Request] = {}
         now = time.monotonic()
         for seq, token_id, logprobs in zip(targets, sampled.token_ids, sampled.logprobs):
@@ -173,9 +168,10 @@ class LLMEngine:
                 del self.requests[result.request_id]
         return results
 
-    def _fork_pending(self, completing: list[Sequence]) -> tuple[list[Sequence], torch.Tensor]:
-        """The sequences to sample this step, and each one's logits row. A request with n > 1
-        computes its prompt once; when the prompt is done its n sequences fork from one row."""
+    def _fork_pending(self, completing: list[Sequence]) -> tuple[list[Sequence], torch.Tensor | None]:
+        """The sequences to sample this step, and each one's logits row (None: one row each,
+        in order). A request with n > 1 computes its prompt once; when the prompt is done its
+        n sequences fork from one row."""
         targets, rows = [], []
         for row, seq in enumerate(completing):
             targets.append(seq)
@@ -189,6 +185,8 @@ class LLMEngine:
                     self.outputs.fork(seq, child)
                     targets.append(child)
                     rows.append(row)
+        if len(targets) == len(completing):
+            return targets, None
         return targets, torch.tensor(rows, dtype=torch.long, device=self.runner.device)
 
     def stats(self) -> EngineStats:

@@ -20,7 +20,7 @@ def generate(args: argparse.Namespace) -> int:
     from argosy.server.sampling_params import SamplingParams
 
     config = config_from_args(args)
-    llm = LLM(**{k: v for k, v in vars(config).items()})
+    llm = LLM(**vars(config))
     params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.sampling_seed)
     if args.chat:
         outputs = llm.chat([{"role": "user", "content": args.prompt}], params)

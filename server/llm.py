@@ -39,8 +39,7 @@ class LLM:
              add_generation_prompt: bool = True, chat_template: str | None = None) -> list[RequestOutput]:
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         tokenizer = self.engine.tokenizer
-        prompts = [tokenizer.encode(tokenizer.apply_chat_template(c, add_generation_prompt, chat_template),
-                                    add_special_tokens=False) for c in conversations]
+        prompts = [tokenizer.encode_chat(c, add_generation_prompt, chat_template) for c in conversations]
         return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts))
 
     def stats(self) -> EngineStats:

@@ -20,7 +20,8 @@ class Tokenizer:
         if not path.is_file():
             raise CheckpointError(path, "file not found (a fast tokenizer, tokenizer.json, is required)")
         try:
-            self._tok = FastTokenizer.from_file(str(path))
+            text = path.read_text()
+            self._tok = FastTokenizer.from_str(text)
         except Exception as exc:  # the Rust library raises a bare Exception
             raise CheckpointError(path, f"cannot read tokenizer ({exc})") from exc
         config_path = folder / "tokenizer_config.json"
@@ -28,7 +29,7 @@ class Tokenizer:
         self.special_tokens = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
         self.eos_token_id = self._tok.token_to_id(self.special_tokens["eos_token"] or "")
         self.chat_template = _find_chat_template(folder, config)
-        self._byte_level = "ByteLevel" in json.dumps(json.loads(path.read_text()).get("decoder"))
+        self._byte_level = "ByteLevel" in json.dumps(json.loads(text).get("decoder"))
         self._special = {t.content for t in self._tok.get_added_tokens_decoder().values()}
 
     @property
@@ -71,6 +72,12 @@ class Tokenizer:
         special = {k: v or "" for k, v in self.special_tokens.items()}
         return chat_template.render(template, chat_template.validate_messages(messages), add_generation_prompt,
                                     special)
+
+    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                    template: str | None = None) -> list[int]:
+        """A conversation as prompt tokens; the template writes the special tokens itself."""
+        return self.encode(self.apply_chat_template(messages, add_generation_prompt, template),
+                           add_special_tokens=False)
 
 
 def _byte_level_alphabet() -> dict[str, int]:

@@ -38,7 +38,7 @@ def load_engine(state: ServerState) -> None:
 
     async_engine = AsyncEngine(engine, state.config.max_waiting_requests, on_step, metrics.observe_abort)
     metrics.bind_gauges(lambda: async_engine.num_waiting, lambda: async_engine.num_running,
-                        lambda: async_engine.kv_cache_usage)
+                        lambda: engine.stats().kv_cache_usage)
     state.engine = async_engine
     log.info("model %s loaded: %s blocks of %s tokens", state.model_name, engine.kv.pool.num_blocks,
              engine.config.block_size)

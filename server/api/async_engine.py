@@ -75,11 +75,6 @@ class AsyncEngine:
     def num_running(self) -> int:
         return self._running
 
-    @property
-    def kv_cache_usage(self) -> float:
-        kv = self.engine.kv
-        return kv.num_used_blocks / kv.pool.num_blocks
-
     def submit(self, request: Request) -> RequestStream:
         """Queues a validated request, or raises at once when the waiting queue is full or
         the engine is stopping. Iterate the returned stream for its outputs."""

@@ -16,8 +16,7 @@ async def create_chat_completion(body: ChatCompletionRequest, http: HTTPRequest,
     params = body.to_sampling_params()
     request_id = new_request_id(http, "chatcmpl")
     tokenizer = engine.engine.tokenizer
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(body.messages, body.add_generation_prompt is not False),
-                              add_special_tokens=False)
+    prompt = tokenizer.encode_chat(body.messages, body.add_generation_prompt is not False)
     gen = Generation(engine, request_id, [engine.engine.make_request(engine_request_id(request_id), prompt, params)])
     base = {"id": request_id, "created": gen.created, "model": state.model_name}
     k = body.top_logprobs or 0

@@ -14,6 +14,12 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+# The request fields that are SamplingParams fields of the same name.
+_SAMPLING_FIELDS = {"n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
+                    "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
+                    "skip_special_tokens", "include_stop_str_in_output"}
+
+
 class SamplingFields(BaseModel):
     """Fields both endpoints share."""
 
@@ -44,13 +50,7 @@ class SamplingFields(BaseModel):
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         if self.stream_options is not None and not self.streaming:
             raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
-        given = {k: v for k, v in {
-            "n": self.n, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-            "min_p": self.min_p, "seed": self.seed, "stop": self.stop, "presence_penalty": self.presence_penalty,
-            "frequency_penalty": self.frequency_penalty, "repetition_penalty": self.repetition_penalty,
-            "min_tokens": self.min_tokens, "ignore_eos": self.ignore_eos, "stop_token_ids": self.stop_token_ids,
-            "skip_special_tokens": self.skip_special_tokens,
-            "include_stop_str_in_output": self.include_stop_str_in_output}.items() if v is not None}
+        given = self.model_dump(include=_SAMPLING_FIELDS, exclude_none=True)  # None: SamplingParams' default
         return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **given)
 
     @property

@@ -1,6 +1,7 @@
 """Sizing the KV cache: a byte budget on CPU; on GPU what is left of gpu_memory_utilization
-after the weights and the largest step's activations, measured by a profiling pass. The pass
-is the same code on CPU, where it runs but measures nothing."""
+after the weights and the largest step's activations, measured by a profiling pass (skipped
+when a byte budget is given). The pass is the same code on CPU, where it runs but measures
+nothing."""
 from __future__ import annotations
 
 import torch
@@ -16,14 +17,18 @@ def test_gpu_budget_leaves_room_for_weights_activations_and_others():
     assert gpu_kv_budget(total=16 * gib, others=0, peak_of_ours=16 * gib, utilization=0.9) == 0
 
 
-def test_cpu_budget_is_the_configured_bytes():
-    cpu = torch.device("cpu")
-    assert kv_cache_budget(EngineConfig(), cpu, None) == CPU_KV_CACHE_BYTES
-    assert kv_cache_budget(EngineConfig(kv_cache_memory=12345), cpu, None) == 12345
+def never_measure() -> int:
+    raise AssertionError("a byte budget needs no profiling pass")
 
 
-def test_the_profiling_pass_runs_the_largest_step(llama_checkpoint):
+def test_a_byte_budget_is_used_as_given_without_profiling():
+    assert kv_cache_budget(EngineConfig(), torch.device("cpu"), never_measure) == CPU_KV_CACHE_BYTES
+    for device in ("cpu", "cuda"):  # on a GPU too: a configured budget skips the pass
+        assert kv_cache_budget(EngineConfig(kv_cache_memory=12345), torch.device(device), never_measure) == 12345
+
+
+def test_the_profiling_pass_runs_on_cpu_and_measures_nothing(llama_checkpoint):
     llm = LLM(str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20, max_num_batched_tokens=300)
     runner = llm.engine.runner
     assert runner.profile_peak_bytes(300, 256) is None  # the GPU's pass, on CPU: runs, measures nothing
-    assert runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # the real cache came after it
+    assert runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # its scratch cache left the engine's alone
