@@ -28,7 +28,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The operator's own permissions (argosy/operator/rbac.py RULES; a test keeps them equal). */}}
+{{/* The operator's own permissions (operator/rbac.py RULES and ADMISSION_RULES; a test keeps them equal). */}}
 {{- define "argosy.operatorRules" -}}
 - apiGroups: ["argosy.dev"]
   resources: ["inferenceservices"]
@@ -77,4 +77,40 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]
   verbs: ["get", "list", "watch", "patch"]
+{{- end -}}
+
+{{/*
+The monitor of the inference pods the operator runs, as a PodMonitor or a ServiceMonitor
+(they differ in kind and in the endpoints key). Either way each scraped target carries the
+`namespace` and `pod` labels that the ScaledObjects' queries select by.
+Takes: root (the chart's context), values (its metrics.*Monitor block), kind, endpointsKey.
+*/}}
+{{- define "argosy.inferenceMonitor" -}}
+{{- $values := .values -}}
+apiVersion: monitoring.coreos.com/v1
+kind: {{ .kind }}
+metadata:
+  name: {{ include "argosy.fullname" .root }}-inference
+  namespace: {{ default .root.Release.Namespace $values.namespace }}
+  labels:
+    {{- include "argosy.labels" .root | nindent 4 }}
+    {{- with $values.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: argosy
+      app.kubernetes.io/managed-by: argosy-operator
+  namespaceSelector:
+    {{- if .root.Values.operator.namespaces }}
+    matchNames:
+      {{- toYaml .root.Values.operator.namespaces | nindent 6 }}
+    {{- else }}
+    any: true
+    {{- end }}
+  {{ .endpointsKey }}:
+    - port: http
+      path: /metrics
+      interval: {{ $values.interval }}
 {{- end -}}
