@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from argosy import LLM
+
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -76,3 +78,11 @@ def reference_greedy(model, prompt_ids: list[int], max_tokens: int) -> list[int]
         logits = model(torch.tensor([ids])).logits[0, -1]
         ids.append(int(logits.argmax()))
     return ids[len(prompt_ids):]
+
+
+def tiny_llm(path: Path, **kwargs) -> LLM:
+    """The offline engine on a test checkpoint: float32 (to compare with transformers) and a
+    small byte-budget cache, unless the test says otherwise."""
+    kwargs.setdefault("dtype", "float32")
+    kwargs.setdefault("kv_cache_memory", 4 << 20)
+    return LLM(str(path), **kwargs)

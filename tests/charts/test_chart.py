@@ -23,6 +23,7 @@ from tests.operator.crd_schema import openapi_schema, to_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "argosy"
+DEFAULT_VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33", "1.34"]
 OPTIONS = {
     "defaults": {},
@@ -73,18 +74,21 @@ def test_every_rendered_object_is_valid(option):
         if group == "kopf.dev":
             jsonschema.validate(doc, to_jsonschema(openapi_schema(crd_schema(f"{doc['kind'].lower()}s.kopf.dev"))))
         elif group == "monitoring.coreos.com":
-            check_monitor(doc)
+            check_monitor(doc, OPTIONS[option])
         else:
             for version in VERSIONS:
                 kubernetes_validate.validate(doc, version, strict=True)
 
 
-def check_monitor(doc: dict) -> None:
-    """The monitor selects the inference pods the operator labels, on their `http` port."""
+def check_monitor(doc: dict, values: dict) -> None:
+    """The monitor selects the inference pods the operator labels, on their `http` port, at
+    the interval the values ask for."""
     wanted = doc["spec"]["selector"]["matchLabels"]
     assert wanted.items() <= pod_labels(Owner(name="x", namespace="y", uid="u")).items()
-    endpoints = doc["spec"].get("podMetricsEndpoints") or doc["spec"].get("endpoints")
-    assert endpoints == [{"port": "http", "path": "/metrics", "interval": endpoints[0]["interval"]}]
+    key = {"PodMonitor": "podMonitor", "ServiceMonitor": "serviceMonitor"}[doc["kind"]]
+    interval = values["metrics"][key].get("interval", DEFAULT_VALUES["metrics"][key]["interval"])
+    endpoints = doc["spec"]["podMetricsEndpoints" if key == "podMonitor" else "endpoints"]
+    assert endpoints == [{"port": "http", "path": "/metrics", "interval": interval}]
 
 
 def test_the_chart_carries_the_crd_unchanged():
@@ -157,7 +161,7 @@ BAD_VALUES = [
 def test_values_schema_rejects_bad_values(values):
     schema = json.loads((CHART / "values.schema.json").read_text())
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(yaml.safe_load((CHART / "values.yaml").read_text()) | values, schema)
+        jsonschema.validate(DEFAULT_VALUES | values, schema)
     with pytest.raises(helm_python.HelmError):
         render(values)
 
@@ -168,7 +172,7 @@ def test_namespace_scope_needs_namespaces():
 
 
 def test_values_yaml_satisfies_its_schema_and_every_value_is_described():
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values = DEFAULT_VALUES
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.validate(values, schema)
     assert set(values) <= set(schema["properties"])

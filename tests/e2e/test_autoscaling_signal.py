@@ -4,11 +4,8 @@ the operator writes into the ScaledObject. A burst of requests must show up as w
 requests (so the HPA would add replicas) and drain back to zero (so it would remove them)."""
 from __future__ import annotations
 
-import contextlib
 import math
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +16,7 @@ import yaml
 
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec, Owner
-from tests.server.api.conftest import free_port
+from tests.processes import MODEL, free_port, running, serve_process, wait_until
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,38 +26,10 @@ POD = f"{NAME}-7d9f8b6c5d-x2k4p"
 OTHER_POD = f"{NAME}-canary-5c7f9d8b4-q8z1m"  # another service's pod: the query must not count it
 
 
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if result := check():
-                return result
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-@contextlib.contextmanager
-def running(command: list[str], ready_url: str, what: str):
-    """A real process, until the block ends; it is ready once ready_url answers 200."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_until(lambda: httpx.get(ready_url).status_code == 200, 60, what)
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
 @pytest.fixture
 def server(llama_checkpoint):
-    url = f"http://127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "argosy", "serve", "--model", str(llama_checkpoint), "--served-model-name",
-               "tiny", "--port", url.rsplit(":", 1)[1], "--dtype", "float32", "--kv-cache-memory", str(8 << 20),
-               "--max-num-seqs", "1", "--log-format", "text"]
-    with running(command, f"{url}/health", "the server"):
-        yield url
+    with serve_process(llama_checkpoint, "--max-num-seqs", "1") as proc:
+        yield proc.url
 
 
 @pytest.fixture
@@ -85,8 +54,8 @@ def prometheus(server, tmp_path):
     address = f"127.0.0.1:{free_port()}"
     command = [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
                f"--web.listen-address={address}"]
-    with running(command, f"http://{address}/-/ready", "Prometheus"):
-        yield f"http://{address}"
+    with running(command, f"http://{address}", "/-/ready", "Prometheus") as proc:
+        yield proc.url
 
 
 def query(prometheus: str, promql: str) -> float | None:
@@ -109,7 +78,7 @@ def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, pro
     wait_until(lambda: query(prometheus, f'count(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 2,
                30, "the first scrapes")
 
-    body = {"model": "tiny", "prompt": "a burst", "max_tokens": 300, "ignore_eos": True}
+    body = {"model": MODEL, "prompt": "a burst", "max_tokens": 300, "ignore_eos": True}
     threads = [threading.Thread(target=lambda: httpx.post(f"{server}/v1/completions", json=body, timeout=300))
                for _ in range(16)]
     for t in threads:
@@ -123,7 +92,8 @@ def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, pro
     for t in threads:
         t.join()
     wait_until(lambda: query(prometheus, promql) == 0.0, 30, "the queue to drain in Prometheus")
-    samples.append((time.monotonic() - start, 0.0, hpa_replicas(0.0, threshold, lo, hi)))
+    drained = query(prometheus, promql)
+    samples.append((time.monotonic() - start, drained, hpa_replicas(drained, threshold, lo, hi)))
 
     print(f"\nquery: {promql}\nthreshold {threshold}, replicas {lo}..{hi}")
     print("| t (s) | waiting (Prometheus) | HPA replicas |\n|--:|--:|--:|")

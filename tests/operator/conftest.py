@@ -125,8 +125,15 @@ async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int
     replicas = deployment["spec"].get("replicas", 1)
     status = {"observedGeneration": deployment["metadata"]["generation"], "replicas": replicas,
               "updatedReplicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
-    await emulator.patch(path(DEPLOYMENTS, name, subresource="status"), json={"status": status},
-                         headers={"Content-Type": "application/merge-patch+json"})
+    await patch(emulator, DEPLOYMENTS, name, {"status": status}, subresource="status")
+
+
+async def patch(emulator: ClusterEmulator, resource, name: str, body: dict[str, Any],
+                subresource: str | None = None) -> None:
+    """A JSON merge patch, as `kubectl patch --type merge` sends it; it must succeed."""
+    response = await emulator.patch(path(resource, name, subresource=subresource), json=body,
+                                    headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200, await response.text()
 
 
 def ready_condition(obj: dict[str, Any]) -> dict[str, Any] | None:

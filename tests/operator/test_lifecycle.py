@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.operator.conftest import (AIS, DEPLOYMENTS, NS, PDBS, SCALED_OBJECTS, SERVICES, declare_resources,
-                                     eventually, inference_service, live, mark_deployment_ready, path,
+                                     eventually, inference_service, live, mark_deployment_ready, patch, path,
                                      ready_condition, running_operator, writes)
 
 AUTOSCALED = {"autoscaling": {"maxReplicas": 4, "prometheusAddress": "http://prometheus.monitoring:9090"}}
@@ -14,12 +14,6 @@ async def create(cluster, body) -> dict:
     response = await cluster.post(path(AIS), json=body)
     assert response.status == 200, await response.text()
     return await response.json()
-
-
-async def patch(cluster, resource, name, body) -> None:
-    response = await cluster.patch(path(resource, name), json=body,
-                                   headers={"Content-Type": "application/merge-patch+json"})
-    assert response.status == 200, await response.text()
 
 
 def event_reasons(cluster, kind: str) -> set[str]:

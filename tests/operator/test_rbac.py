@@ -6,12 +6,7 @@ import asyncio
 
 from argosy.operator.rbac import RULES
 from tests.operator.conftest import (AIS, DEPLOYMENTS, PDBS, SCALED_OBJECTS, SERVICES, eventually,
-                                     inference_service, live, mark_deployment_ready, path, running_operator)
-
-
-async def merge_patch(cluster, url: str, body: dict) -> None:
-    response = await cluster.patch(url, json=body, headers={"Content-Type": "application/merge-patch+json"})
-    assert response.status == 200
+                                     inference_service, live, mark_deployment_ready, patch, path, running_operator)
 
 
 def verb(request) -> str:
@@ -33,14 +28,14 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         await cluster.post(path(AIS), json=inference_service(autoscaling=autoscaling))
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama"))
         await mark_deployment_ready(cluster, "llama", ready=1)
-        await merge_patch(cluster, path(AIS, "llama"), {"spec": {"autoscaling": {"maxReplicas": 5}}})
+        await patch(cluster, AIS, "llama", {"spec": {"autoscaling": {"maxReplicas": 5}}})
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama")["spec"]["maxReplicaCount"] == 5)
         for resource, drift in ((SERVICES, {"spec": {"selector": {"app": "x"}}}),
                                 (PDBS, {"spec": {"maxUnavailable": 0}}),
                                 (SCALED_OBJECTS, {"spec": {"maxReplicaCount": 99}})):  # someone's hand edits
-            await merge_patch(cluster, path(resource, "llama"), drift)
+            await patch(cluster, resource, "llama", drift)
             await eventually(lambda r=resource, d=drift: _restored(live(cluster, r, "llama")["spec"], d["spec"]))
-        await merge_patch(cluster, path(AIS, "llama"), {"spec": {"autoscaling": None}})
+        await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None}})
         await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
         await asyncio.sleep(1.0)
     used = set()

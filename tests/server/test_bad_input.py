@@ -8,11 +8,12 @@ import pytest
 
 from argosy import LLM, SamplingParams
 from argosy.server.errors import CheckpointError, InvalidRequestError, UnsupportedModelError
+from tests.checkpoints import tiny_llm
 
 
 @pytest.fixture(scope="module")
 def llm(llama_checkpoint) -> LLM:
-    return LLM(str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20, max_model_len=64)
+    return tiny_llm(llama_checkpoint, max_model_len=64)
 
 
 @pytest.mark.parametrize("prompt, params, param, words", [

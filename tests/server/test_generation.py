@@ -4,11 +4,12 @@ from __future__ import annotations
 import pytest
 
 from argosy import LLM, SamplingParams
+from tests.checkpoints import tiny_llm
 
 
 @pytest.fixture(scope="module")
 def llm(llama_checkpoint) -> LLM:
-    return LLM(str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20)
+    return tiny_llm(llama_checkpoint)
 
 
 def tokens_of(outputs):

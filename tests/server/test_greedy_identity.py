@@ -8,14 +8,8 @@ import pytest
 import torch
 
 from argosy import LLM, SamplingParams
-from tests.checkpoints import load_reference, reference_greedy
+from tests.checkpoints import load_reference, reference_greedy, tiny_llm
 from tests.conftest import ARCHS
-
-
-def engine(path, **kwargs) -> LLM:
-    kwargs.setdefault("dtype", "float32")
-    kwargs.setdefault("kv_cache_memory", 4 << 20)
-    return LLM(str(path), **kwargs)
 
 
 def mixed_requests(count: int, seed: int, vocab: int = 300) -> list[tuple[list[int], int]]:
@@ -50,14 +44,14 @@ def run(llm: LLM, requests) -> list[list[int]]:
 def test_single_request_matches_transformers(checkpoints, arch):
     prompt = [5, 17, 99, 23, 42, 7, 8, 250, 31]
     expected = reference_greedy(load_reference(checkpoints[arch]), prompt, 40)
-    assert run(engine(checkpoints[arch]), [(prompt, 40)]) == [expected]
+    assert run(tiny_llm(checkpoints[arch]), [(prompt, 40)]) == [expected]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "whole-prefill"])
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
 def test_32_concurrent_requests_match_transformers(checkpoints, references, arch, chunked, prefix_caching):
-    llm = engine(checkpoints[arch], enable_chunked_prefill=chunked, enable_prefix_caching=prefix_caching,
+    llm = tiny_llm(checkpoints[arch], enable_chunked_prefill=chunked, enable_prefix_caching=prefix_caching,
                  max_num_batched_tokens=64 if chunked else 512)
     requests = mixed_requests(32, seed=1)
     assert run(llm, requests) == references[arch]
@@ -73,7 +67,7 @@ def test_32_concurrent_requests_match_transformers(checkpoints, references, arch
 def test_preemption_keeps_outputs_identical(checkpoints, references, arch):
     # 24 blocks of 16 tokens cannot hold 32 requests of up to 285 tokens at once.
     block_bytes = 2 * 2 * 16 * 2 * 16 * 4
-    llm = engine(checkpoints[arch], kv_cache_memory=24 * block_bytes, max_model_len=384,
+    llm = tiny_llm(checkpoints[arch], kv_cache_memory=24 * block_bytes, max_model_len=384,
                  max_num_batched_tokens=128)
     assert llm.stats().kv_blocks_total == 24
     requests = mixed_requests(32, seed=1)
@@ -88,12 +82,12 @@ def test_preemption_keeps_outputs_identical(checkpoints, references, arch):
 def test_prompt_longer_than_the_step_budget_is_prefilled_in_chunks_alone(checkpoints):
     prompt = list(range(3, 103))
     expected = reference_greedy(load_reference(checkpoints["qwen3"]), prompt, 5)
-    assert run(engine(checkpoints["qwen3"], max_num_batched_tokens=16), [(prompt, 5)]) == [expected]
+    assert run(tiny_llm(checkpoints["qwen3"], max_num_batched_tokens=16), [(prompt, 5)]) == [expected]
 
 
 def test_first_step_logits_match_transformers(checkpoints):
     for arch in ARCHS:
-        llm = engine(checkpoints[arch])
+        llm = tiny_llm(checkpoints[arch])
         prompts = [[5, 6, 7, 8, 9, 10, 11], [200, 3], list(range(3, 40))]
         for i, p in enumerate(prompts):
             llm.engine.add_request(str(i), p, SamplingParams(max_tokens=1))
@@ -121,7 +115,7 @@ def test_architecture_variants_match_transformers(tmp_path, name, arch, override
 
     path = build_checkpoint(tmp_path / name, arch, **overrides)
     expected = reference_greedy(load_reference(path), LONG_PROMPT, 20)
-    assert run(engine(path), [(LONG_PROMPT, 20)]) == [expected]
+    assert run(tiny_llm(path), [(LONG_PROMPT, 20)]) == [expected]
 
 
 def test_sharded_checkpoint_with_index_loads(tmp_path):
@@ -130,13 +124,13 @@ def test_sharded_checkpoint_with_index_loads(tmp_path):
     path = build_checkpoint(tmp_path / "sharded", "qwen3", max_shard_size="40KB")
     assert len(list(path.glob("*.safetensors"))) > 3 and (path / "model.safetensors.index.json").is_file()
     expected = reference_greedy(load_reference(path), LONG_PROMPT, 10)
-    assert run(engine(path), [(LONG_PROMPT, 10)]) == [expected]
+    assert run(tiny_llm(path), [(LONG_PROMPT, 10)]) == [expected]
 
 
 def test_mistral_sliding_window_caps_the_context(tmp_path):
     from tests.checkpoints import build_checkpoint
 
     path = build_checkpoint(tmp_path / "mistral-sw", "mistral", sliding_window=256)
-    assert engine(path).engine.limits.max_model_len == 256
+    assert tiny_llm(path).engine.limits.max_model_len == 256
     with pytest.raises(Exception, match="sliding_window"):
-        engine(path, max_model_len=400)
+        tiny_llm(path, max_model_len=400)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from argosy import LLM
 from argosy.server.config import CPU_KV_CACHE_BYTES, EngineConfig, gpu_kv_budget, kv_cache_budget
+from tests.checkpoints import tiny_llm
 
 
 def test_gpu_budget_leaves_room_for_weights_activations_and_others():
@@ -28,7 +28,7 @@ def test_a_byte_budget_is_used_as_given_without_profiling():
 
 
 def test_the_profiling_pass_runs_on_cpu_and_measures_nothing(llama_checkpoint):
-    llm = LLM(str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20, max_num_batched_tokens=300)
+    llm = tiny_llm(llama_checkpoint, max_num_batched_tokens=300)
     runner = llm.engine.runner
     assert runner.profile_peak_bytes(300, 256) is None  # the GPU's pass, on CPU: runs, measures nothing
     assert runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # its scratch cache left the engine's alone

@@ -1,17 +1,14 @@
 """Prefix caching across requests, and n > 1 sampling sharing one copy of the prompt."""
 from __future__ import annotations
 
-from argosy import LLM, SamplingParams
+from argosy import SamplingParams
+from tests.checkpoints import tiny_llm
 
 PROMPT = list(range(3, 43))  # 40 tokens: two full blocks of 16 and one partial block
 
 
-def make_llm(path, **kwargs) -> LLM:
-    return LLM(str(path), dtype="float32", kv_cache_memory=4 << 20, **kwargs)
-
-
 def test_repeated_prompt_hits_the_cache_and_gives_the_same_output(llama_checkpoint):
-    llm = make_llm(llama_checkpoint)
+    llm = tiny_llm(llama_checkpoint)
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     first = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
     before = llm.stats()
@@ -24,14 +21,14 @@ def test_repeated_prompt_hits_the_cache_and_gives_the_same_output(llama_checkpoi
 
 
 def test_prefix_caching_off_never_hits(llama_checkpoint):
-    llm = make_llm(llama_checkpoint, enable_prefix_caching=False)
+    llm = tiny_llm(llama_checkpoint, enable_prefix_caching=False)
     params = SamplingParams(temperature=0.0, max_tokens=4)
     llm.generate([{"prompt_token_ids": PROMPT}] * 2, params)
     assert llm.stats().prefix_cache_hits == 0
 
 
 def test_n8_stores_the_prompt_once_and_copies_the_shared_block_on_write(llama_checkpoint):
-    llm = make_llm(llama_checkpoint)
+    llm = tiny_llm(llama_checkpoint)
     engine = llm.engine
     engine.add_request("r", PROMPT, SamplingParams(n=8, temperature=1.0, seed=3, max_tokens=6, ignore_eos=True))
     outputs = []
@@ -50,7 +47,7 @@ def test_n8_stores_the_prompt_once_and_copies_the_shared_block_on_write(llama_ch
 
 
 def test_forks_never_push_the_batch_past_max_num_seqs(llama_checkpoint):
-    llm = make_llm(llama_checkpoint, max_num_seqs=4, max_num_batched_tokens=16)
+    llm = tiny_llm(llama_checkpoint, max_num_seqs=4, max_num_batched_tokens=16)
     engine = llm.engine
     for i in range(3):
         engine.add_request(str(i), PROMPT, SamplingParams(n=3, max_tokens=5, ignore_eos=True))
@@ -62,7 +59,7 @@ def test_forks_never_push_the_batch_past_max_num_seqs(llama_checkpoint):
 
 
 def test_greedy_n8_children_all_equal_the_single_greedy_output(llama_checkpoint):
-    llm = make_llm(llama_checkpoint)
+    llm = tiny_llm(llama_checkpoint)
     single = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(temperature=0.0, max_tokens=20,
                                                                        ignore_eos=True))[0]
     many = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(n=8, temperature=0.0, max_tokens=20,

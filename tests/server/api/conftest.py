@@ -1,9 +1,7 @@
 """A real uvicorn server on loopback, in a background thread of the test process."""
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,14 +13,7 @@ import uvicorn
 from argosy.server.api.app import build_app
 from argosy.server.api.state import ServerConfig, ServerState
 from argosy.server.config import EngineConfig
-
-MODEL = "tiny"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.processes import MODEL, free_port, wait_until
 
 
 @dataclass
@@ -66,17 +57,8 @@ def run_server(checkpoint, **settings) -> Iterator[RunningServer]:
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{config.port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    else:
-        raise RuntimeError("server did not become healthy")
     try:
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 60, "the server to become healthy")
         yield RunningServer(url, app.state.argosy)
     finally:
         server.should_exit = True

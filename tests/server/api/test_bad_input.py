@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.server.api.conftest import MODEL, run_server
+from tests.processes import MODEL
+from tests.server.api.conftest import run_server
 
 OK_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 OK_COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}

@@ -5,32 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import httpx
 
-from tests.server.api.conftest import MODEL, free_port
-
-
-def start_server(checkpoint, *flags: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "argosy", "serve", "--model", str(checkpoint), "--served-model-name", MODEL,
-         "--port", str(port), "--dtype", "float32", "--kv-cache-memory", str(8 << 20), "--max-num-seqs", "4",
-         "--log-format", "text", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health").status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(proc.communicate()[0])
+from tests.processes import MODEL, serve_process
 
 
 def stream_in_background(url: str, max_tokens: int, results: list, started: threading.Event) -> threading.Thread:
@@ -55,21 +35,22 @@ def generated_text_tokens(events: list[str]) -> int:
 
 
 def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint):
-    proc, url = start_server(llama_checkpoint, "--shutdown-timeout", "60")
-    results: list = []
-    started = [threading.Event() for _ in range(3)]
-    threads = [stream_in_background(url, 450, results, s) for s in started]
-    for s in started:
-        assert s.wait(30)
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    assert httpx.get(f"{url}/health").status_code == 503
-    assert httpx.get(f"{url}/live").status_code == 200  # draining is not dead: no restart
-    refused = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
-    assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
-    for t in threads:
-        t.join(60)
-    assert proc.wait(60) == 0, proc.communicate()[0]
+    with serve_process(llama_checkpoint, "--max-num-seqs", "4", "--shutdown-timeout", "60") as server:
+        url = server.url
+        results: list = []
+        started = [threading.Event() for _ in range(3)]
+        threads = [stream_in_background(url, 450, results, s) for s in started]
+        for s in started:
+            assert s.wait(30)
+        server.popen.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        assert httpx.get(f"{url}/health").status_code == 503
+        assert httpx.get(f"{url}/live").status_code == 200  # draining is not dead: no restart
+        refused = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+        for t in threads:
+            t.join(60)
+        assert server.popen.wait(60) == 0, server.output()
     assert len(results) == 3
     for events in results:
         assert events[-1] == "[DONE]"
@@ -79,15 +60,16 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
 
 def test_requests_past_the_shutdown_timeout_end_with_an_error_event(llama_checkpoint):
     # Eight long streams on four sequence slots cannot all finish within 0.1 s.
-    proc, url = start_server(llama_checkpoint, "--shutdown-timeout", "0.1", "--max-model-len", "512")
-    results: list = []
-    started = [threading.Event() for _ in range(8)]
-    threads = [stream_in_background(url, 500, results, s) for s in started]
-    assert started[0].wait(30)
-    proc.send_signal(signal.SIGTERM)
-    for t in threads:
-        t.join(60)
-    assert proc.wait(60) == 0
+    with serve_process(llama_checkpoint, "--max-num-seqs", "4", "--shutdown-timeout", "0.1",
+                       "--max-model-len", "512") as server:
+        results: list = []
+        started = [threading.Event() for _ in range(8)]
+        threads = [stream_in_background(server.url, 500, results, s) for s in started]
+        assert started[0].wait(30)
+        server.popen.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(60)
+        assert server.popen.wait(60) == 0, server.output()
     cut = [events for events in results if events and "error" in json.loads(events[-2])]
     assert cut, "no stream was cut short"
     for events in cut:

@@ -5,12 +5,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+import torch
 
 from argosy import LLM, SamplingParams
-from tests.server.api.conftest import MODEL, run_server
+from argosy.server.model_config import ModelConfig
+from argosy.server.model_runner import kv_bytes_per_block
+from tests.processes import MODEL, wait_until
+from tests.server.api.conftest import run_server
 
 
 async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> str:
@@ -52,25 +57,18 @@ def test_a_client_that_disconnects_has_its_sequence_aborted(server):
             while not next(lines).startswith("data: "):
                 pass
             assert server.engine.stats().num_running == 1 and server.engine.stats().kv_blocks_used > 0
-    wait_for(lambda: server.engine.stats().num_running == 0)
+    wait_until(lambda: server.engine.stats().num_running == 0)
     assert server.engine.stats().kv_blocks_used == 0
-    wait_for(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
+    wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
 
 
 def test_a_non_streaming_client_that_disconnects_is_aborted_too(server, caplog):
     body = {"model": MODEL, "prompt": "long story", "max_tokens": 450, "ignore_eos": True}
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.5)
-    wait_for(lambda: server.engine.stats().num_running == 0 and server.engine.stats().kv_blocks_used == 0)
+    wait_until(lambda: server.engine.stats().num_running == 0 and server.engine.stats().kv_blocks_used == 0)
     time.sleep(0.2)
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # a client leaving is no server error
-
-
-def wait_for(condition, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.02)
 
 
 def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpoint):
@@ -84,10 +82,10 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
 
         threads = [threading.Thread(target=post) for _ in range(3)]  # one running, two waiting
         threads[0].start()  # until its first step, the first request counts as waiting too
-        wait_for(lambda: srv.state.engine.num_running == 1)
+        wait_until(lambda: srv.state.engine.num_running == 1)
         for t in threads[1:]:
             t.start()
-        wait_for(lambda: srv.state.engine.num_waiting == 2)
+        wait_until(lambda: srv.state.engine.num_waiting == 2)
         assert srv.metric("argosy_num_requests_waiting") == 2
         start = time.monotonic()
         rejected = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=10)
@@ -112,11 +110,20 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
 
 
 def test_prefix_cache_and_preemption_counters(llama_checkpoint):
-    with run_server(llama_checkpoint) as srv:
+    # 24 blocks of 16 tokens (one max_model_len sequence) cannot hold six sequences of 40 + 100
+    # tokens at once: some are preempted.
+    block_bytes = kv_bytes_per_block(ModelConfig.from_folder(llama_checkpoint), 16, torch.float32)
+    with run_server(llama_checkpoint, kv_cache_memory=24 * block_bytes, max_model_len=384) as srv:
         body = {"model": MODEL, "prompt": "fox " * 40, "max_tokens": 2}
         for _ in range(2):
             assert httpx.post(f"{srv.url}/v1/completions", json=body).status_code == 200
+        with ThreadPoolExecutor(6) as pool:
+            long = {**body, "max_tokens": 100, "ignore_eos": True}
+            responses = list(pool.map(lambda _: httpx.post(f"{srv.url}/v1/completions", json=long, timeout=120),
+                                      range(6)))
+        assert [r.status_code for r in responses] == [200] * 6
         stats = srv.engine.stats()
+        assert stats.num_preemptions > 0
         assert srv.metric("argosy_prefix_cache_queries_total") == stats.prefix_cache_queries > 0
         assert srv.metric("argosy_prefix_cache_hits_total") == stats.prefix_cache_hits > 0
         assert srv.metric("argosy_num_preemptions_total") == stats.num_preemptions

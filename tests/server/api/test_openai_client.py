@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from argosy import LLM, SamplingParams
-from tests.server.api.conftest import MODEL
+from tests.processes import MODEL
 
 PROMPT = "The quick brown fox"
 

@@ -1,0 +1,76 @@
+"""Real servers on loopback for the tests: free ports, polling until something is true, and
+processes (`argosy serve`, Prometheus) that run until the block ends."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, Any
+
+import httpx
+
+MODEL = "tiny"  # the name the test servers serve their checkpoint under
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "the condition") -> Any:
+    """Polls check until it returns something truthy, and returns that; a connection refused
+    counts as not yet."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if result := check():
+                return result
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass
+class Process:
+    popen: subprocess.Popen
+    url: str
+    log: IO[str]
+
+    def output(self) -> str:
+        """What the process printed so far (into a file: a pipe nobody reads would block it)."""
+        self.log.seek(0)
+        return self.log.read()
+
+
+@contextmanager
+def running(command: list[str], url: str, ready_path: str, what: str) -> Iterator[Process]:
+    """A real process until the block ends; it is ready once url + ready_path answers 200."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = Process(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True), url, log)
+        try:
+            try:
+                wait_until(lambda: httpx.get(url + ready_path).status_code == 200, 60, what)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; it printed:\n{proc.output()[-4000:]}") from None
+            yield proc
+        finally:
+            proc.popen.terminate()
+            proc.popen.wait(30)
+
+
+@contextmanager
+def serve_process(checkpoint, *flags: str) -> Iterator[Process]:
+    """`argosy serve` on a test checkpoint, in its own process, as a pod would run it."""
+    port = free_port()
+    command = [sys.executable, "-m", "argosy", "serve", "--model", str(checkpoint), "--served-model-name", MODEL,
+               "--port", str(port), "--dtype", "float32", "--kv-cache-memory", str(8 << 20), "--log-format", "text",
+               *flags]
+    with running(command, f"http://127.0.0.1:{port}", "/health", "the server to become healthy") as proc:
+        yield proc
