@@ -20,7 +20,8 @@ OWNED = [("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "po
          ("v1", "pods"), ("keda.sh", "v1alpha1", "scaledobjects")]
 MAX_RETRY_DELAY = 300
 
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+# One lock per InferenceService: its reconciles never overlap.
+RECONCILE_LOCKS: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
 @kopf.on.startup()
@@ -59,7 +60,7 @@ for _resource in OWNED:
 def _reconcile(kube: KubeClient, namespace: str, name: str):
     """Reconciles the InferenceService as it is now. Reconciles of one service never overlap,
     and each reads the spec afresh, so a late one never undoes a newer spec."""
-    with _locks[namespace, name]:
+    with RECONCILE_LOCKS[namespace, name]:
         body = kube.get(INFERENCE_SERVICE, namespace, name)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return None

@@ -1,18 +1,19 @@
-"""Real servers on loopback for the tests: free ports, polling until something is true, and
-processes (`argosy serve`, Prometheus) that run until the block ends."""
+"""Real servers on loopback for the tests: free ports, and processes (`argosy serve`,
+Prometheus) that run until the block ends."""
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 import httpx
+
+from tests.polling import wait_until
 
 MODEL = "tiny"  # the name the test servers serve their checkpoint under
 
@@ -21,20 +22,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 20.0, what: str = "the condition") -> Any:
-    """Polls check until it returns something truthy, and returns that; a connection refused
-    counts as not yet."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if result := check():
-                return result
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass

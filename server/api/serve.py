@@ -21,6 +21,7 @@ from argosy.server.engine_args import add_engine_args, config_from_args
 
 log = logging.getLogger("argosy.serve")
 API_KEY_ENV = "ARGOSY_API_KEY"
+ERROR_EVENT_SECONDS = 5.0
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -64,14 +65,19 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         engine = self.state.engine
-        deadline = time.monotonic() + self.state.config.shutdown_timeout
-        while engine is not None and engine.num_in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if engine is not None and engine.num_in_flight:
+        if engine is not None and not await _finished(engine, self.state.config.shutdown_timeout):
             log.warning("shutdown timeout: ending %d requests", engine.num_in_flight)
             engine.abort_all("the server shut down before the request finished")
-            await asyncio.sleep(0.2)  # let the error events reach their clients
+            await _finished(engine, ERROR_EVENT_SECONDS)  # each stream ends with its error event
         self.should_exit = True
+
+
+async def _finished(engine, timeout: float) -> bool:
+    """Waits up to `timeout` seconds for every request in flight to end."""
+    deadline = time.monotonic() + timeout
+    while engine.num_in_flight and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return not engine.num_in_flight
 
 
 def serve(args: argparse.Namespace) -> int:

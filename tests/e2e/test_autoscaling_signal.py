@@ -16,7 +16,8 @@ import yaml
 
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec, Owner
-from tests.processes import MODEL, free_port, running, serve_process, wait_until
+from tests.polling import wait_until
+from tests.processes import MODEL, free_port, running, serve_process
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

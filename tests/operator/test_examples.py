@@ -11,7 +11,7 @@ import yaml
 
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.spec import InferenceServiceSpec, Owner
-from tests.operator.conftest import DEPLOYMENTS, SERVICES, eventually, live, running_operator
+from tests.operator.cluster import DEPLOYMENTS, SERVICES, eventually, live, running_operator
 from tests.operator.crd_schema import ROOT, admit
 
 EXAMPLES = sorted((ROOT / "examples").glob("inferenceservice-*.yaml"))

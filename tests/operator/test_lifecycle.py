@@ -1,11 +1,13 @@
 """The operator's whole lifecycle against the API emulator, kopf running in-process."""
 from __future__ import annotations
 
-import asyncio
+import json
+from datetime import datetime, timedelta
 
-from tests.operator.conftest import (AIS, DEPLOYMENTS, NS, PDBS, SCALED_OBJECTS, SERVICES, declare_resources,
-                                     eventually, inference_service, live, mark_deployment_ready, patch, path,
-                                     ready_condition, running_operator, writes)
+from tests.operator.cluster import (AIS, DEPLOYMENTS, NS, PDBS, SCALED_OBJECTS, SERVICES, declare_resources,
+                                     eventually, from_operator, inference_service, live, mark_deployment_ready,
+                                     no_reconcile_running, patch, path, ready_condition, reconciles_since,
+                                     running_operator, writes)
 
 AUTOSCALED = {"autoscaling": {"maxReplicas": 4, "prometheusAddress": "http://prometheus.monitoring:9090"}}
 
@@ -19,6 +21,13 @@ async def create(cluster, body) -> dict:
 def event_reasons(cluster, kind: str) -> set[str]:
     return {e.get("reason") for (resource, _, _), e in cluster.objects.items() if resource.plural == "events"
             and e.get("type") == kind and e.get("involvedObject", {}).get("name") == "llama"}
+
+
+def retry_record(body: dict) -> dict | None:
+    """kopf's progress record of the reconcile handler, once it has scheduled a retry."""
+    records = [json.loads(v) for k, v in body["metadata"].get("annotations", {}).items()
+               if k.startswith("argosy.dev/reconcile_service")]
+    return next((r for r in records if r.get("delayed")), None)
 
 
 def container(cluster) -> dict:
@@ -92,9 +101,11 @@ async def test_replicas_follow_the_spec_without_autoscaling_and_keda_otherwise(c
         await patch(cluster, AIS, "llama", {"spec": AUTOSCALED})
         scaled = await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"))
         assert scaled["spec"]["maxReplicaCount"] == 4
+        since = len(list(cluster))
         await patch(cluster, DEPLOYMENTS, "llama", {"spec": {"replicas": 4}})  # KEDA's HPA scales up
-        await asyncio.sleep(1.5)
+        await eventually(lambda: reconciles_since(cluster, since), what="the reconcile the change triggers")
         assert live(cluster, DEPLOYMENTS, "llama")["spec"]["replicas"] == 4  # the operator does not fight it
+        assert not [r for r in writes(cluster, since) if from_operator(r) and r.resource.plural == "deployments"]
 
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None, "replicas": 1}})
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama") is None)
@@ -117,12 +128,14 @@ async def test_operator_restart_neither_duplicates_nor_churns(cluster):
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"))
         await mark_deployment_ready(cluster, "llama", ready=1)
         await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["status"] == "True")
-        await asyncio.sleep(1.0)
+    await no_reconcile_running("llama")
     before = len(list(cluster))
     versions = {r: live(cluster, r, "llama")["metadata"]["resourceVersion"]
                 for r in (AIS, DEPLOYMENTS, SERVICES, PDBS, SCALED_OBJECTS)}
     async with running_operator():
-        await asyncio.sleep(3.0)
+        # The resume handler and the first sight of each of the four owned objects.
+        await eventually(lambda: reconciles_since(cluster, before) >= 5, what="the reconciles of a restart")
+    await no_reconcile_running("llama")
     assert writes(cluster, before) == []
     assert {r: live(cluster, r, "llama")["metadata"]["resourceVersion"] for r in versions} == versions
 
@@ -152,17 +165,21 @@ async def test_missing_keda_is_reported_retried_with_backoff_and_recovers(cluste
         return sum(1 for r in cluster if r.method.value == "POST" and "/scaledobjects" in str(r.url))
 
     async with running_operator():
+        since = len(list(cluster))
         await create(cluster, inference_service(**AUTOSCALED))
         condition = await eventually(lambda: ready_condition(live(cluster, AIS, "llama")))
         assert condition["reason"] == "KEDANotInstalled" and "KEDA" in condition["message"]
         assert live(cluster, DEPLOYMENTS, "llama") is not None  # the rest is reconciled regardless
         await eventually(lambda: "KEDANotInstalled" in event_reasons(cluster, "Warning"))
-        await asyncio.sleep(1.0)
-        quiet_from = attempts()
-        await asyncio.sleep(3.0)
-        assert attempts() - quiet_from <= 1  # waits for its retry delay: no hot loop
+        # The create handler and the first sight of the three objects it created each tried once.
+        await eventually(lambda: reconciles_since(cluster, since) >= 4 and attempts() == 4)
+        progress = await eventually(lambda: retry_record(live(cluster, AIS, "llama")))
+        assert progress["retries"] == 1  # it waits for its retry delay: no hot loop
+        assert datetime.fromisoformat(progress["delayed"]) - datetime.fromisoformat(progress["started"]) \
+            >= timedelta(seconds=9)
         declare_resources(cluster, keda=True)  # KEDA gets installed
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"), timeout=30)
+        assert attempts() == 5  # nothing tried between the failures and the retry
         await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["reason"] == "Progressing")
 
 

@@ -2,11 +2,9 @@
 is granted, and every grant is used."""
 from __future__ import annotations
 
-import asyncio
-
 from argosy.operator.rbac import RULES
-from tests.operator.conftest import (AIS, DEPLOYMENTS, PDBS, SCALED_OBJECTS, SERVICES, eventually,
-                                     inference_service, live, mark_deployment_ready, patch, path, running_operator)
+from tests.operator.cluster import (AIS, DEPLOYMENTS, PDBS, SCALED_OBJECTS, SERVICES, eventually,
+                                     from_operator, inference_service, live, mark_deployment_ready, patch, path, running_operator)
 
 
 def verb(request) -> str:
@@ -16,6 +14,16 @@ def verb(request) -> str:
             return "watch"
         return "get" if request.name else "list"
     return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+
+
+def used(cluster) -> set[tuple[str, str, str]]:
+    calls = set()
+    for request in cluster:
+        if request.resource is None or request.resource.plural is None or not from_operator(request):
+            continue  # discovery, and the test's own calls
+        plural = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        calls.add((request.resource.group, plural, verb(request)))
+    return calls
 
 
 def granted() -> set[tuple[str, str, str]]:
@@ -37,16 +45,8 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
             await eventually(lambda r=resource, d=drift: _restored(live(cluster, r, "llama")["spec"], d["spec"]))
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None}})
         await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
-        await asyncio.sleep(1.0)
-    used = set()
-    for request in cluster:
-        if request.resource is None or request.resource.plural is None \
-                or request.headers.get("User-Agent", "").startswith("kmock"):
-            continue  # discovery, and the test's own calls
-        plural = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
-        used.add((request.resource.group, plural, verb(request)))
-    assert used <= granted(), used - granted()
-    assert granted() <= used, granted() - used
+        await eventually(lambda: granted() <= used(cluster), what="every granted call")
+    assert used(cluster) <= granted(), used(cluster) - granted()
     # The Deployment, Service and pod watches were filtered by the API server.
     watches = [r for r in cluster if r.params.get("watch") == "true" and r.resource is not None
                and r.resource.plural in ("deployments", "services", "pods", "poddisruptionbudgets")]

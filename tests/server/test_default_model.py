@@ -23,7 +23,7 @@ def test_default_model_answers_paris():
 
 
 def test_server_without_a_model_serves_the_default_model():
-    from tests.server.api.conftest import run_server
+    from tests.server.api.servers import run_server
 
     with run_server(None, served_model_name=None, dtype="auto", kv_cache_memory=None) as srv:
         client = srv.client()

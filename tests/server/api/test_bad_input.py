@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from tests.processes import MODEL
-from tests.server.api.conftest import run_server
+from tests.server.api.servers import run_server
 
 OK_CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 OK_COMPLETION = {"model": MODEL, "prompt": "hi", "max_tokens": 2}

@@ -1,19 +1,23 @@
-"""SIGTERM in a real `argosy serve` process: /health turns 503 and new requests are refused
-at once, requests in flight finish (or, past --shutdown-timeout, end with an error event),
-and the process exits 0."""
+"""SIGTERM: /health turns 503 and new requests are refused at once, requests in flight
+finish (or, past --shutdown-timeout, end with an error event), and `argosy serve` exits 0.
+
+The drain's decisions are tested on an in-process server whose engine loop is held, so that
+requests are certainly still in flight when the drain starts; a real process shows the exit."""
 from __future__ import annotations
 
 import json
 import signal
 import threading
-import time
 
 import httpx
 
+from tests.polling import wait_until
 from tests.processes import MODEL, serve_process
+from tests.server.api.servers import holding_engine, run_server
 
 
-def stream_in_background(url: str, max_tokens: int, results: list, started: threading.Event) -> threading.Thread:
+def stream_in_background(url: str, max_tokens: int, results: list,
+                         started: threading.Event | None = None) -> threading.Thread:
     def run() -> None:
         body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": max_tokens, "stream": True,
                 "ignore_eos": True}
@@ -22,7 +26,8 @@ def stream_in_background(url: str, max_tokens: int, results: list, started: thre
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     events.append(line[6:])
-                    started.set()
+                    if started is not None:
+                        started.set()
         results.append(events)
 
     thread = threading.Thread(target=run)
@@ -34,20 +39,65 @@ def generated_text_tokens(events: list[str]) -> int:
     return sum(1 for e in events if e != "[DONE]" and "error" not in json.loads(e))
 
 
+def streams_in_flight(srv, count: int, results: list) -> list[threading.Thread]:
+    """`count` streams, each with its first tokens sent, held by the engine gate."""
+    threads = [stream_in_background(srv.url, 450, results) for _ in range(count)]
+    wait_until(lambda: srv.state.engine.num_waiting == count, what="every request to be queued")
+    return threads
+
+
+def test_a_drain_refuses_new_requests_and_lets_requests_in_flight_finish(llama_checkpoint):
+    results: list = []
+    with run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=60) as srv:
+        with holding_engine(srv, hold=lambda stats: True) as gate:
+            threads = streams_in_flight(srv, 3, results)
+            gate.hold_when(lambda stats: stats.num_running == 3)
+            gate.wait_holding()
+            srv.sigterm()
+            wait_until(lambda: httpx.get(f"{srv.url}/health").status_code == 503, what="/health to turn 503")
+            assert httpx.get(f"{srv.url}/live").status_code == 200  # draining is not dead: no restart
+            refused = httpx.post(f"{srv.url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+            assert all(t.is_alive() for t in threads) and srv.thread.is_alive()
+        for t in threads:
+            t.join(60)
+        srv.thread.join(60)
+        assert not srv.thread.is_alive()  # the server stopped by itself once they finished
+    assert len(results) == 3
+    for events in results:
+        assert events[-1] == "[DONE]" and generated_text_tokens(events) == 450
+        finals = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]]
+        assert finals[-1] == "length" and not any("error" in e for e in events[:-1])
+
+
+def test_requests_past_the_shutdown_timeout_end_with_an_error_event(llama_checkpoint):
+    results: list = []
+    with run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=0.1) as srv:
+        with holding_engine(srv, hold=lambda stats: True) as gate:
+            threads = streams_in_flight(srv, 2, results)
+            gate.hold_when(lambda stats: stats.num_running == 2)
+            gate.wait_holding()
+            srv.sigterm()  # the held streams cannot finish within the timeout
+            for t in threads:
+                t.join(60)
+            srv.thread.join(60)
+            assert not srv.thread.is_alive()
+    assert len(results) == 2
+    for events in results:
+        assert events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+        assert error["code"] == "shutting_down" and "shut down" in error["message"]
+        assert generated_text_tokens(events) < 450
+
+
 def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint):
     with serve_process(llama_checkpoint, "--max-num-seqs", "4", "--shutdown-timeout", "60") as server:
-        url = server.url
         results: list = []
         started = [threading.Event() for _ in range(3)]
-        threads = [stream_in_background(url, 450, results, s) for s in started]
+        threads = [stream_in_background(server.url, 450, results, s) for s in started]
         for s in started:
             assert s.wait(30)
         server.popen.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        assert httpx.get(f"{url}/health").status_code == 503
-        assert httpx.get(f"{url}/live").status_code == 200  # draining is not dead: no restart
-        refused = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
-        assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
         for t in threads:
             t.join(60)
         assert server.popen.wait(60) == 0, server.output()
@@ -56,24 +106,3 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
         assert events[-1] == "[DONE]"
         finals = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]]
         assert finals[-1] == "length" and not any("error" in e for e in events[:-1])
-
-
-def test_requests_past_the_shutdown_timeout_end_with_an_error_event(llama_checkpoint):
-    # Eight long streams on four sequence slots cannot all finish within 0.1 s.
-    with serve_process(llama_checkpoint, "--max-num-seqs", "4", "--shutdown-timeout", "0.1",
-                       "--max-model-len", "512") as server:
-        results: list = []
-        started = [threading.Event() for _ in range(8)]
-        threads = [stream_in_background(server.url, 500, results, s) for s in started]
-        assert started[0].wait(30)
-        server.popen.send_signal(signal.SIGTERM)
-        for t in threads:
-            t.join(60)
-        assert server.popen.wait(60) == 0, server.output()
-    cut = [events for events in results if events and "error" in json.loads(events[-2])]
-    assert cut, "no stream was cut short"
-    for events in cut:
-        assert events[-1] == "[DONE]"
-        error = json.loads(events[-2])["error"]
-        assert error["code"] == "shutting_down" and "shut down" in error["message"]
-        assert generated_text_tokens(events) < 500

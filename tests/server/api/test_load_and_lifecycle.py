@@ -3,8 +3,9 @@ report all of it."""
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -14,8 +15,9 @@ import torch
 from argosy import LLM, SamplingParams
 from argosy.server.model_config import ModelConfig
 from argosy.server.model_runner import kv_bytes_per_block
-from tests.processes import MODEL, wait_until
-from tests.server.api.conftest import run_server
+from tests.polling import wait_until
+from tests.processes import MODEL
+from tests.server.api.servers import holding_engine, run_server
 
 
 async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> str:
@@ -26,8 +28,6 @@ async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -
         assert response.status_code == 200
         async for line in response.aiter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                import json
-
                 text += json.loads(line[6:])["choices"][0]["text"] if json.loads(line[6:])["choices"] else ""
     return text
 
@@ -51,23 +51,41 @@ def test_64_concurrent_streams_equal_the_offline_engine(server, llama_checkpoint
 def test_a_client_that_disconnects_has_its_sequence_aborted(server):
     body = {"model": MODEL, "prompt": "long story", "max_tokens": 400, "stream": True, "ignore_eos": True}
     aborted_before = server.metric("argosy_request_success_total", finished_reason="abort")
-    with httpx.Client(base_url=server.url, timeout=60) as client:
+    with holding_engine(server) as gate, httpx.Client(base_url=server.url, timeout=60) as client:
         with client.stream("POST", "/v1/completions", json=body) as response:
             lines = response.iter_lines()
             while not next(lines).startswith("data: "):
                 pass
             assert server.engine.stats().num_running == 1 and server.engine.stats().kv_blocks_used > 0
+        wait_until(lambda: server.state.engine.num_in_flight == 0, what="the server to see the client leave")
+        gate.release()
     wait_until(lambda: server.engine.stats().num_running == 0)
     assert server.engine.stats().kv_blocks_used == 0
     wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
 
 
+def send_without_reading(url: str, path: str, body: dict) -> socket.socket:
+    """A client that sends a request and then only holds the connection open."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    payload = json.dumps(body).encode()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    return sock
+
+
 def test_a_non_streaming_client_that_disconnects_is_aborted_too(server, caplog):
     body = {"model": MODEL, "prompt": "long story", "max_tokens": 450, "ignore_eos": True}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.5)
+    aborted_before = server.metric("argosy_request_success_total", finished_reason="abort")
+    with holding_engine(server) as gate:
+        sock = send_without_reading(server.url, "/v1/completions", body)
+        gate.wait_holding()
+        assert server.engine.stats().num_running == 1  # it cannot finish while the engine is held
+        sock.close()
+        wait_until(lambda: server.state.engine.num_in_flight == 0, what="the server to see the client leave")
+        gate.release()
     wait_until(lambda: server.engine.stats().num_running == 0 and server.engine.stats().kv_blocks_used == 0)
-    time.sleep(0.2)
+    wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # a client leaving is no server error
 
 
@@ -81,17 +99,19 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
             results.append(httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120))
 
         threads = [threading.Thread(target=post) for _ in range(3)]  # one running, two waiting
-        threads[0].start()  # until its first step, the first request counts as waiting too
-        wait_until(lambda: srv.state.engine.num_running == 1)
-        for t in threads[1:]:
-            t.start()
-        wait_until(lambda: srv.state.engine.num_waiting == 2)
-        assert srv.metric("argosy_num_requests_waiting") == 2
-        start = time.monotonic()
-        rejected = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=10)
-        assert time.monotonic() - start < 2.0
-        assert rejected.status_code == 503 and rejected.headers["retry-after"] == "1"
-        assert rejected.json()["error"]["code"] == "overloaded"
+        with holding_engine(srv) as gate:
+            threads[0].start()  # until its first step, the first request counts as waiting too
+            gate.wait_holding()
+            assert srv.state.engine.num_running == 1
+            for t in threads[1:]:
+                t.start()
+            wait_until(lambda: srv.state.engine.num_waiting == 2)
+            assert srv.metric("argosy_num_requests_waiting") == 2
+            # Answered while the engine is held: the refusal waited for nothing.
+            rejected = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=10)
+            assert rejected.status_code == 503 and rejected.headers["retry-after"] == "1"
+            assert rejected.json()["error"]["code"] == "overloaded"
+            assert all(t.is_alive() for t in threads)
         for t in threads:
             t.join()
         assert [r.status_code for r in results] == [200, 200, 200]

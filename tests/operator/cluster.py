@@ -1,0 +1,156 @@
+"""The operator against the Kubernetes API emulator, with kopf running in the test's loop:
+the resources it serves, the operator's own run, and reading and writing objects."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from typing import Any
+
+import kmock
+import kopf
+import yaml
+
+from argosy.operator import status
+from tests.operator.crd_schema import load_crd
+from tests.operator.emulator import ClusterEmulator
+from tests.polling import eventually
+
+CRD = load_crd()
+AIS = kmock.resource("argosy.dev", "v1alpha1", "inferenceservices")
+DEPLOYMENTS = kmock.resource("apps", "v1", "deployments")
+SERVICES = kmock.resource("", "v1", "services")
+PDBS = kmock.resource("policy", "v1", "poddisruptionbudgets")
+SCALED_OBJECTS = kmock.resource("keda.sh", "v1alpha1", "scaledobjects")
+NS = "llm"
+_current: dict[str, Any] = {}  # this test's emulator and its URL
+
+
+def point_kopf_at(emulator: ClusterEmulator, url: str) -> None:
+    _current.update(emulator=emulator, url=url)
+
+
+@kopf.on.login()
+def login_to_the_emulator(**_: Any) -> kopf.ConnectionInfo:
+    """kopf reads $KUBECONFIG once, at import; the tests point it at each test's emulator."""
+    return kopf.ConnectionInfo(server=_current["url"], insecure=True, token="test-token")
+
+
+def declare_resources(emulator: ClusterEmulator, keda: bool) -> None:
+    emulator.resources.load_bundled()
+    names = CRD["spec"]["names"]
+    emulator.resources[AIS] = kmock.ResourceInfo(
+        namespaced=True, kind=names["kind"], singular=names["singular"], shortnames=set(names["shortNames"]),
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status", "scale"})
+    if keda:
+        emulator.resources[SCALED_OBJECTS] = kmock.ResourceInfo(
+            namespaced=True, kind="ScaledObject", singular="scaledobject",
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status"})
+
+
+@contextlib.asynccontextmanager
+async def running_operator(namespaces=(NS,)):
+    """kopf running the operator's handlers, its watches connected."""
+    from argosy.operator import handlers  # registers the handlers
+
+    emulator = _current["emulator"]
+    since = len(list(emulator))
+    served = {resource.plural for resource in emulator.resources}
+    watching = {"inferenceservices"} | ({resource[-1] for resource in handlers.OWNED} & served)
+
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = True
+    settings.posting.level = 30
+    stop = asyncio.Event()
+    ready = asyncio.Event()
+    task = asyncio.create_task(kopf.operator(standalone=True, namespaces=list(namespaces), settings=settings,
+                                             stop_flag=stop, ready_flag=ready))
+    await asyncio.wait_for(ready.wait(), 10)
+    await eventually(lambda: watched(emulator, since) >= watching, what="the operator's watches to connect")
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+def watched(emulator: ClusterEmulator, since: int = 0) -> set[str]:
+    """The plurals of the resources watched after request number `since`."""
+    return {r.resource.plural for r in list(emulator)[since:]
+            if r.resource is not None and r.params.get("watch") in ("true", "1")}
+
+
+def from_operator(request) -> bool:
+    """Not one of the test's own calls (those go through kmock's client)."""
+    return not request.headers.get("User-Agent", "").startswith("kmock")
+
+
+def reconciles_since(emulator: ClusterEmulator, since: int) -> int:
+    """Reconciles that started after request number `since` and have applied every object:
+    each begins by reading its InferenceService and ends by listing its pods."""
+    started = done = 0
+    for r in list(emulator)[since:]:
+        if r.resource is None or r.method.value != "GET" or r.params.get("watch") or not from_operator(r):
+            continue
+        if r.resource.plural == "inferenceservices" and r.name:
+            started += 1
+        elif r.resource.plural == "pods" and not r.name and started > done:
+            done += 1
+    return done
+
+
+async def no_reconcile_running(name: str, namespace: str = NS) -> None:
+    """Returns once no reconcile of the service is in progress (their threads outlive kopf)."""
+    from argosy.operator.handlers import RECONCILE_LOCKS
+
+    lock = RECONCILE_LOCKS[namespace, name]
+    await asyncio.to_thread(lambda: lock.acquire() and lock.release())
+
+
+def live(emulator: ClusterEmulator, resource, name: str, namespace: str = NS) -> dict[str, Any] | None:
+    key = (resource, namespace, name)
+    if key not in emulator.objects or emulator.objects[key].deleted:
+        return None
+    return copy.deepcopy(emulator.objects[key].raw)
+
+
+def inference_service(name: str = "llama", **spec: Any) -> dict[str, Any]:
+    base = {"model": {"name": "llama-3-8b", "path": "llama-3-8b-instruct", "hostPath": "/mnt/nvme/models",
+                      "nodeSelector": {"argosy.dev/model-llama-3-8b": "true"}},
+            "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    base.update(spec)
+    return {"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": NS}, "spec": base}
+
+
+def path(resource, name: str | None = None, namespace: str = NS, subresource: str | None = None) -> str:
+    base = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    result = f"{base}/namespaces/{namespace}/{resource.plural}"
+    return result + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+
+
+async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int) -> None:
+    """Plays the Deployment controller: the rollout of the current generation has `ready` pods."""
+    deployment = live(emulator, DEPLOYMENTS, name)
+    replicas = deployment["spec"].get("replicas", 1)
+    status = {"observedGeneration": deployment["metadata"]["generation"], "replicas": replicas,
+              "updatedReplicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+    await patch(emulator, DEPLOYMENTS, name, {"status": status}, subresource="status")
+
+
+async def patch(emulator: ClusterEmulator, resource, name: str, body: dict[str, Any],
+                subresource: str | None = None) -> None:
+    """A JSON merge patch, as `kubectl patch --type merge` sends it; it must succeed."""
+    response = await emulator.patch(path(resource, name, subresource=subresource), json=body,
+                                    headers={"Content-Type": "application/merge-patch+json"})
+    assert response.status == 200, await response.text()
+
+
+def ready_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
+    return status.ready_condition(obj.get("status") or {})
+
+
+def writes(emulator: ClusterEmulator, since: int = 0) -> list:
+    """Create/patch/put/delete requests the emulator saw after request number `since`."""
+    return [r for r in list(emulator)[since:] if r.method.value in ("POST", "PATCH", "PUT", "DELETE")
+            and r.resource is not None and r.resource.plural != "events"]
