@@ -10,9 +10,9 @@ import sys
 
 # verb -> (help, module, function adding its flags, function running it)
 VERBS = {
-    "serve": ("run the OpenAI-compatible HTTP server", "argosy.server.api.serve", "add_serve_args", "serve"),
+    "serve": ("run the OpenAI-compatible HTTP server", "argosy.server.api.serve_command", "add_serve_args", "serve"),
     "operator": ("run the Kubernetes operator", "argosy.operator.main", "add_operator_args", "run"),
-    "generate": ("complete one prompt offline and print the text", "argosy.server.generate",
+    "generate": ("complete one prompt offline and print the text", "argosy.server.generate_command",
                  "add_generate_args", "generate"),
 }
 

@@ -68,7 +68,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from argosy import LLM
-    from argosy.server.default_model import resolve_model_path
+    from argosy.server.models.default_model import resolve_model_path
 
     llm = LLM(args.model)
     hf = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(args.model)), dtype=llm.engine.dtype).eval()

@@ -9,7 +9,7 @@ from typing import Any
 from argosy.operator.labels import selector_string, service_url
 from argosy.operator.spec import Owner
 
-# Messages the server prints when it cannot find its checkpoint (see argosy.server.errors).
+# Messages the server prints when it cannot find its checkpoint (see argosy.server.exceptions).
 _MODEL_MISSING_MARKERS = ("checkpoint folder not found", "config.json: file not found", "no *.safetensors")
 # Waiting reasons that will not clear without someone changing something.
 _STUCK_CONTAINER = {"ErrImagePull": "ImagePullFailed", "ImagePullBackOff": "ImagePullFailed",

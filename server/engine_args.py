@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from argosy.server.config import EngineConfig
+from argosy.server.engine_config import EngineConfig
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from argosy.server.config import EngineConfig
-from argosy.server.engine import EngineStats, LLMEngine
-from argosy.server.errors import InvalidRequestError
+from argosy.server.engine_config import EngineConfig
+from argosy.server.engine.llm_engine import EngineStats, LLMEngine
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampling_params import SamplingParams
 

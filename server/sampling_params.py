@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from argosy.server.errors import InvalidRequestError
+from argosy.server.exceptions import InvalidRequestError
 
 # Below this a temperature is treated as greedy: dividing logits by it would overflow.
 GREEDY_EPSILON = 1e-5

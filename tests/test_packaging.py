@@ -2,6 +2,7 @@
 reachable from the repository root, in the editable install and in a built wheel."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -9,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECK = ("import operator, argosy.operator, argosy.server.engine, argosy.kernels.paged_attention;"
+CHECK = ("import operator, argosy.operator, argosy.server.engine.llm_engine, argosy.kernels.paged_attention;"
          "assert operator.__file__.startswith(%r), operator.__file__;"
          "assert callable(operator.itemgetter); print(argosy.operator.__file__)")
 STDLIB = str(Path(subprocess.check_output([sys.executable, "-c", "import sysconfig;"
@@ -37,11 +38,15 @@ def test_every_source_folder_is_a_listed_package():
 
 
 def test_built_wheel_contains_the_packages_and_keeps_stdlib_operator(tmp_path):
+    # Built from a clean copy: setuptools never empties a build/ folder, so one left in the
+    # checkout could smuggle files that no longer exist into the wheel.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+                    str(tmp_path), str(source)], check=True, capture_output=True)
     (wheel,) = tmp_path.glob("argosy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "argosy/operator/__init__.py" in names and "argosy/server/engine.py" in names
+    assert "argosy/operator/__init__.py" in names and "argosy/server/engine/llm_engine.py" in names
     assert not any(n.split("/")[0] in ("operator", "server", "kernels") for n in names)
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

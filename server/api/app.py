@@ -9,14 +9,14 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from argosy.server.api.async_engine import AsyncEngine
+from argosy.server.api.engine_client import AsyncEngine
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
-from argosy.server.api.errors import RETRY_AFTER_SECONDS, APIError, error_body, install_error_handlers
+from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, error_body, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
-from argosy.server.api.state import ServerConfig, ServerState
-from argosy.server.engine import LLMEngine
+from argosy.server.api.server_state import ServerConfig, ServerState
+from argosy.server.engine.llm_engine import LLMEngine
 
 log = logging.getLogger("argosy.api")
 

@@ -5,9 +5,9 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from argosy.server.api.protocol import CompletionRequest
-from argosy.server.api.serving import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
+from argosy.server.api.generation import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
                                        new_request_id, stream_events, token_chars, top_k, usage)
-from argosy.server.api.state import ServerState
+from argosy.server.api.server_state import ServerState
 
 
 async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, engine):

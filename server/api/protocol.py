@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from argosy.server.errors import InvalidRequestError
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
 
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from argosy.kernels.kv_cache_ops import write_kv
 from argosy.kernels.paged_attention import AttentionMetadata, paged_attention
-from argosy.server.model_config import ModelConfig
+from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 
 

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from argosy.server.model_config import RopeConfig
+from argosy.server.models.model_config import RopeConfig
 
 
 class RMSNorm(nn.Module):

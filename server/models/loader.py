@@ -9,9 +9,9 @@ import re
 
 import torch
 
-from argosy.server.checkpoint import iter_tensors
-from argosy.server.errors import CheckpointError
-from argosy.server.model_config import ModelConfig
+from argosy.server.models.checkpoint import iter_tensors
+from argosy.server.exceptions import CheckpointError
+from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.decoder import CausalLM
 from argosy.server.models.layers import RotaryEmbedding
 

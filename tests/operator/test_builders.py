@@ -69,7 +69,7 @@ def test_deployment_runs_argosy_serve_with_the_engine_flags():
     # The parser of `argosy serve` accepts exactly these flags.
     import argparse
 
-    from argosy.server.api.serve import add_serve_args, server_config
+    from argosy.server.api.serve_command import add_serve_args, server_config
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
     config = server_config(parser.parse_args(args[1:]))

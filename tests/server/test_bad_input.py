@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from argosy import LLM, SamplingParams
-from argosy.server.errors import CheckpointError, InvalidRequestError, UnsupportedModelError
+from argosy.server.exceptions import CheckpointError, InvalidRequestError, UnsupportedModelError
 from tests.checkpoints import tiny_llm
 
 

@@ -12,10 +12,10 @@ import httpx
 import uvicorn
 
 from argosy.server.api.app import build_app
-from argosy.server.api.serve import DrainingServer
-from argosy.server.api.state import ServerConfig, ServerState
-from argosy.server.config import EngineConfig
-from argosy.server.engine import EngineStats
+from argosy.server.api.serve_command import DrainingServer
+from argosy.server.api.server_state import ServerConfig, ServerState
+from argosy.server.engine_config import EngineConfig
+from argosy.server.engine.llm_engine import EngineStats
 from tests.polling import wait_until
 from tests.processes import MODEL, free_port
 

@@ -8,19 +8,19 @@ from dataclasses import dataclass
 
 import torch
 
-from argosy.server.config import EngineConfig, kv_cache_budget, resolve_limits
-from argosy.server.default_model import resolve_model_path
-from argosy.server.errors import InvalidRequestError
-from argosy.server.kv_cache_manager import KVCacheManager
-from argosy.server.model_config import ModelConfig
-from argosy.server.model_runner import ModelRunner, kv_bytes_per_block
-from argosy.server.output_processor import OutputProcessor
+from argosy.server.engine_config import EngineConfig, kv_cache_budget, resolve_limits
+from argosy.server.models.default_model import resolve_model_path
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.engine.kv_cache_manager import KVCacheManager
+from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.model_runner import ModelRunner, kv_bytes_per_block
+from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.outputs import RequestOutput
-from argosy.server.sampler import Sampler
+from argosy.server.worker.sampler import Sampler
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.scheduler import Scheduler
-from argosy.server.sequence import Request, Sequence
-from argosy.server.tokenizer import Tokenizer
+from argosy.server.engine.scheduler import Scheduler
+from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

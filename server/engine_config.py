@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from argosy.server.errors import InvalidRequestError, UnsupportedModelError
-from argosy.server.model_config import ModelConfig
+from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
+from argosy.server.models.model_config import ModelConfig
 
 DEFAULT_BATCHED_TOKENS = 2048
 CPU_KV_CACHE_BYTES = 2 << 30

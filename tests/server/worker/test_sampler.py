@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from argosy.server.sampler import Sampler
+from argosy.server.worker.sampler import Sampler
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.sequence import Request, Sequence
+from argosy.server.engine.sequence import Request, Sequence
 
 EOS = 9
 

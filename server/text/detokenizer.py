@@ -2,7 +2,7 @@
 right across multi-byte characters split over several tokens, and finds stop strings."""
 from __future__ import annotations
 
-from argosy.server.tokenizer import Tokenizer
+from argosy.server.text.tokenizer import Tokenizer
 
 # Prompt tokens decoded as context before the first output token, so that tokenizers which
 # treat the start of a string specially (e.g. dropping a leading space) decode it as it reads.

@@ -9,8 +9,8 @@ from typing import Any
 
 from tokenizers import Tokenizer as FastTokenizer
 
-from argosy.server import chat_template
-from argosy.server.errors import CheckpointError, InvalidRequestError
+from argosy.server.text import chat_template
+from argosy.server.exceptions import CheckpointError, InvalidRequestError
 
 
 class Tokenizer:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from argosy.server.sequence import Sequence
+from argosy.server.engine.sequence import Sequence
 
 
 @dataclass

@@ -11,7 +11,7 @@ from jinja2 import TemplateError
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from argosy.server.errors import InvalidRequestError
+from argosy.server.exceptions import InvalidRequestError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 

@@ -14,10 +14,10 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
-from argosy.server.engine import LLMEngine
-from argosy.server.errors import ArgosyError
+from argosy.server.engine.llm_engine import LLMEngine
+from argosy.server.exceptions import ArgosyError
 from argosy.server.outputs import RequestOutput
-from argosy.server.sequence import Request
+from argosy.server.engine.sequence import Request
 
 log = logging.getLogger("argosy.engine")
 SWITCH_INTERVAL_S = 0.0002

@@ -16,7 +16,7 @@ import uvicorn
 
 from argosy.server.api.app import build_app
 from argosy.server.api.log_format import configure_logging
-from argosy.server.api.state import ServerConfig, ServerState
+from argosy.server.api.server_state import ServerConfig, ServerState
 from argosy.server.engine_args import add_engine_args, config_from_args
 
 log = logging.getLogger("argosy.serve")

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from argosy.server.errors import CheckpointError
+from argosy.server.exceptions import CheckpointError
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -6,9 +6,9 @@ import torch
 
 from argosy.kernels.kv_cache_ops import copy_blocks
 from argosy.kernels.paged_attention import build_metadata
-from argosy.server.model_config import ModelConfig
+from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.loader import load_model
-from argosy.server.scheduler import SchedulerOutput
+from argosy.server.engine.scheduler import SchedulerOutput
 
 
 def kv_bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

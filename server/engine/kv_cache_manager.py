@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 from array import array
 
-from argosy.server.block_pool import BlockPool
-from argosy.server.sequence import Sequence
+from argosy.server.engine.block_pool import BlockPool
+from argosy.server.engine.sequence import Sequence
 
 
 def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:

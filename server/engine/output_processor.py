@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
-from argosy.server.detokenizer import IncrementalDetokenizer
+from argosy.server.text.detokenizer import IncrementalDetokenizer
 from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from argosy.server.sampler import TokenLogprobs
-from argosy.server.sequence import Request, Sequence
-from argosy.server.tokenizer import Tokenizer
+from argosy.server.worker.sampler import TokenLogprobs
+from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.text.tokenizer import Tokenizer
 
 
 class OutputProcessor:

@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from argosy.server.api.async_engine import EngineFailedError, EngineOverloadedError, EngineStoppedError
-from argosy.server.errors import InvalidRequestError
+from argosy.server.api.engine_client import EngineFailedError, EngineOverloadedError, EngineStoppedError
+from argosy.server.exceptions import InvalidRequestError
 
 log = logging.getLogger("argosy.api")
 RETRY_AFTER_SECONDS = 1

@@ -10,9 +10,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from argosy.server.kv_cache_manager import KVCacheManager
+from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.sequence import Request, Sequence
+from argosy.server.engine.sequence import Request, Sequence
 
 BLOCK = 4
 NUM_BLOCKS = 24

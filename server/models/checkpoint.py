@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from argosy.server.errors import CheckpointError
+from argosy.server.exceptions import CheckpointError
 
 INDEX_FILE = "model.safetensors.index.json"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from argosy import LLM, SamplingParams
-from argosy.server.default_model import DEFAULT_MODEL_NAME, cache_dir, resolve_model_path
+from argosy.server.models.default_model import DEFAULT_MODEL_NAME, cache_dir, resolve_model_path
 
 
 def test_default_model_answers_paris():

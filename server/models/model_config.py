@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from argosy.server.errors import CheckpointError, UnsupportedModelError
+from argosy.server.exceptions import CheckpointError, UnsupportedModelError
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
-from argosy.server.api.async_engine import AsyncEngine, RequestStream
-from argosy.server.api.errors import APIError, sse_error
+from argosy.server.api.engine_client import AsyncEngine, RequestStream
+from argosy.server.api.error_responses import APIError, sse_error
 from argosy.server.outputs import CompletionOutput, Logprob, RequestOutput
-from argosy.server.sequence import Request
+from argosy.server.engine.sequence import Request
 
 access_log = logging.getLogger("argosy.access")
 SSE_DONE = "data: [DONE]\n\n"

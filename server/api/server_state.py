@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from argosy.server.api.async_engine import AsyncEngine
+from argosy.server.api.engine_client import AsyncEngine
 from argosy.server.api.metrics import ServerMetrics
-from argosy.server.config import EngineConfig
-from argosy.server.default_model import DEFAULT_MODEL_NAME
+from argosy.server.engine_config import EngineConfig
+from argosy.server.models.default_model import DEFAULT_MODEL_NAME
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from argosy.server.kv_cache_manager import KVCacheManager
-from argosy.server.sequence import Sequence, SequenceStatus
+from argosy.server.engine.kv_cache_manager import KVCacheManager
+from argosy.server.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from argosy.server.config import CPU_KV_CACHE_BYTES, EngineConfig, gpu_kv_budget, kv_cache_budget
+from argosy.server.engine_config import CPU_KV_CACHE_BYTES, EngineConfig, gpu_kv_budget, kv_cache_budget
 from tests.checkpoints import tiny_llm
 
 

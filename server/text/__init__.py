@@ -1,0 +1,1 @@
+"""Text in and out: the checkpoint's tokenizer, its chat template, incremental detokenization."""
