@@ -10,23 +10,25 @@ import argparse
 import logging
 import socket
 import zlib
+from dataclasses import dataclass
+from typing import Literal
 
-LOG_FORMATS = {"json": "JSON", "plain": "PLAIN", "full": "FULL"}
+from argosy.flags import add_flags, config_from_args, setting
+
+@dataclass
+class OperatorOptions:
+    namespace: list[str] = setting([], "watch this namespace; default: all namespaces", short="-n")
+    peering: str = setting("argosy", "kopf peering name: replicas sharing it elect one active operator")
+    standalone: bool = setting(False, "no peering (a single replica, or no kopf peering CRDs installed)")
+    priority: int | None = setting(None, "peering priority; default: derived from the pod name, distinct per "
+                                         "replica")
+    liveness: str = setting("http://0.0.0.0:8080/healthz", "URL of the liveness endpoint ('' to disable)")
+    log_format: Literal["json", "plain", "full"] = setting("json", "kopf's log format")
+    verbose: bool = setting(False, "debug logging")
 
 
 def add_operator_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--namespace", "-n", action="append", default=[],
-                        help="watch this namespace (repeatable); default: all namespaces")
-    parser.add_argument("--peering", default="argosy",
-                        help="kopf peering name: replicas sharing it elect one active operator")
-    parser.add_argument("--standalone", action="store_true",
-                        help="no peering (a single replica, or no kopf peering CRDs installed)")
-    parser.add_argument("--priority", type=int, default=None,
-                        help="peering priority (default: derived from the pod name, distinct per replica)")
-    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz",
-                        help="URL of the liveness endpoint ('' to disable)")
-    parser.add_argument("--log-format", choices=sorted(LOG_FORMATS), default="json")
-    parser.add_argument("--verbose", action="store_true")
+    add_flags(parser, OperatorOptions)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,10 +36,12 @@ def run(args: argparse.Namespace) -> int:
 
     import argosy.operator.handlers  # noqa: F401  (registers the handlers)
 
-    kopf.configure(verbose=args.verbose, log_format=getattr(kopf.LogFormat, LOG_FORMATS[args.log_format]))
+    options = config_from_args(OperatorOptions, args)
+    kopf.configure(verbose=options.verbose, log_format=kopf.LogFormat[options.log_format.upper()])
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    kopf.run(clusterwide=not args.namespace, namespaces=args.namespace or None, standalone=args.standalone,
-             peering_name=args.peering, priority=peering_priority(args.priority), liveness_endpoint=args.liveness or None)
+    kopf.run(clusterwide=not options.namespace, namespaces=options.namespace or None, standalone=options.standalone,
+             peering_name=options.peering, priority=peering_priority(options.priority),
+             liveness_endpoint=options.liveness or None)
     return 0
 
 

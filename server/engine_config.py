@@ -1,51 +1,62 @@
-"""EngineConfig: every knob of the engine in one place, named as vLLM names them, and
-`resolve_limits`, which settles the values that depend on the checkpoint and the device."""
+"""EngineConfig: every setting of the engine in one place, named as vLLM names them, and
+`resolve_limits`, which settles the values that depend on the checkpoint."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
+from argosy.flags import literal_choices, setting
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
 from argosy.server.models.model_config import ModelConfig
 
 DEFAULT_BATCHED_TOKENS = 2048
-CPU_KV_CACHE_BYTES = 2 << 30
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+_DTYPES = {name: getattr(torch, name) for name in typing.get_args(DType) if name != "auto"}
 
 
 @dataclass
 class EngineConfig:
-    model: str | None = None  # checkpoint folder; None: the embedded default model
-    served_model_name: str | None = None
-    dtype: str = "auto"  # auto, float32, bfloat16, float16
-    device: str = "auto"  # auto, cpu, cuda
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None  # None: 2048, or max_model_len without chunked prefill
-    max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
-    kv_cache_memory: int | None = None  # bytes; None: 2 GiB on CPU, gpu_memory_utilization on GPU
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    seed: int = 0
+    """Every setting of the engine: the keyword arguments of `LLM(...)` and the engine flags of
+    `argosy serve` and `argosy generate`, with their defaults and help."""
+
+    model: str | None = setting(None, "checkpoint folder (Hugging Face layout); default: the embedded "
+                                      "SmolLM2-135M-Instruct")
+    served_model_name: str | None = setting(None, "model name reported by the API and in metrics; "
+                                                  "default: the model path")
+    dtype: DType = setting(
+        "auto", "weights and KV-cache dtype; auto: bfloat16 on CPUs that support it (else float32), the "
+                "checkpoint's half type on GPU")
+    device: Literal["auto", "cpu", "cuda"] = setting("auto", "auto: CUDA when present")
+    block_size: int = setting(16, "tokens per KV-cache block")
+    max_model_len: int | None = setting(None, "longest prompt + output, in tokens; default: the checkpoint's "
+                                              "max_position_embeddings")
+    max_num_seqs: int = setting(256, "most sequences in one step")
+    max_num_batched_tokens: int | None = setting(
+        None, f"most tokens in one step; default {DEFAULT_BATCHED_TOKENS}, at least max_model_len without "
+              "chunked prefill")
+    kv_cache_memory: int | None = setting(None, "KV cache size in bytes; default 2 GiB on CPU, on GPU what "
+                                                "gpu_memory_utilization leaves")
+    gpu_memory_utilization: float = setting(0.9, "fraction of GPU memory for weights, activations and KV cache")
+    enable_prefix_caching: bool = setting(True, "reuse cached blocks of identical prompt prefixes")
+    enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
+    seed: int = setting(0, "seed of unseeded sampling")
 
     def __post_init__(self) -> None:
-        positive = {"block_size": self.block_size, "max_num_seqs": self.max_num_seqs,
-                    "max_num_batched_tokens": self.max_num_batched_tokens, "max_model_len": self.max_model_len,
-                    "kv_cache_memory": self.kv_cache_memory}
-        for name, value in positive.items():
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory"):
+            value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InvalidRequestError(f"{name} must be a positive integer, got {value!r}", param=name)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidRequestError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
                                       param="gpu_memory_utilization")
-        if self.dtype != "auto" and self.dtype not in _DTYPES:
-            raise InvalidRequestError(f"dtype must be auto or one of {', '.join(_DTYPES)}, got {self.dtype!r}",
-                                      param="dtype")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise InvalidRequestError(f"device must be auto, cpu or cuda, got {self.device!r}", param="device")
+        for name, annotation in typing.get_type_hints(EngineConfig).items():
+            choices = literal_choices(annotation)
+            if choices is not None and getattr(self, name) not in choices:
+                raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}",
+                                          param=name)
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
@@ -85,23 +96,3 @@ def resolve_limits(config: EngineConfig, model: ModelConfig) -> EngineLimits:
             f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({max_model_len}); without chunked "
             "prefill a whole prompt must fit in one step", param="max_num_batched_tokens")
     return EngineLimits(max_model_len, batched)
-
-
-def kv_cache_budget(config: EngineConfig, device: torch.device, measure_peak: Callable[[], int]) -> int:
-    """Bytes for the KV cache: the configured amount, or what the GPU can spare once the
-    weights and the largest step's activations fit. Only that last case runs measure_peak,
-    a forward pass of the largest step."""
-    if config.kv_cache_memory is not None:
-        return config.kv_cache_memory
-    if device.type != "cuda":
-        return CPU_KV_CACHE_BYTES
-    peak_bytes = measure_peak()
-    free, total = torch.cuda.mem_get_info(device)
-    others = max(0, (total - free) - torch.cuda.memory_reserved(device))  # other processes, CUDA context
-    return gpu_kv_budget(total, others, peak_bytes, config.gpu_memory_utilization)
-
-
-def gpu_kv_budget(total: int, others: int, peak_of_ours: int, utilization: float) -> int:
-    """Our share of the GPU, minus our peak (weights and the largest step's activations)
-    and what others hold."""
-    return max(0, int(total * utilization) - peak_of_ours - others)

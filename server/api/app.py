@@ -15,7 +15,8 @@ from argosy.server.api.completions import create_completion
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, error_body, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
-from argosy.server.api.server_state import ServerConfig, ServerState
+from argosy.server.api.server_config import ServerConfig
+from argosy.server.api.server_state import ServerState
 from argosy.server.engine.llm_engine import LLMEngine
 
 log = logging.getLogger("argosy.api")

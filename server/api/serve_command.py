@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import time
 
@@ -16,33 +15,22 @@ import uvicorn
 
 from argosy.server.api.app import build_app
 from argosy.server.api.log_format import configure_logging
-from argosy.server.api.server_state import ServerConfig, ServerState
-from argosy.server.engine_args import add_engine_args, config_from_args
+from argosy.flags import add_flags, config_from_args
+from argosy.server.api.server_config import ServerConfig
+from argosy.server.api.server_state import ServerState
+from argosy.server.engine_config import EngineConfig
 
 log = logging.getLogger("argosy.serve")
-API_KEY_ENV = "ARGOSY_API_KEY"
 ERROR_EVENT_SECONDS = 5.0
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
-    add_engine_args(parser)
-    g = parser.add_argument_group("server")
-    g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=8000)
-    g.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
-                   help=f"bearer key required on /v1/* (default: ${API_KEY_ENV})")
-    g.add_argument("--max-waiting-requests", type=int, default=1024,
-                   help="queued requests beyond which new ones get 503 + Retry-After")
-    g.add_argument("--shutdown-timeout", type=float, default=60.0,
-                   help="seconds requests in flight may take to finish after SIGTERM")
-    g.add_argument("--max-request-body-bytes", type=int, default=8 << 20)
-    g.add_argument("--log-format", choices=["json", "text"], default="json")
+    add_flags(parser.add_argument_group("engine"), EngineConfig)
+    add_flags(parser.add_argument_group("server"), ServerConfig)
 
 
 def server_config(args: argparse.Namespace) -> ServerConfig:
-    return ServerConfig(engine=config_from_args(args), host=args.host, port=args.port, api_key=args.api_key,
-                        max_waiting_requests=args.max_waiting_requests, shutdown_timeout=args.shutdown_timeout,
-                        max_request_body_bytes=args.max_request_body_bytes, log_format=args.log_format)
+    return config_from_args(ServerConfig, args, engine=config_from_args(EngineConfig, args))
 
 
 class DrainingServer(uvicorn.Server):

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import torch
 
-from argosy.server.engine_config import EngineConfig, kv_cache_budget, resolve_limits
+from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.worker.model_runner import ModelRunner, kv_bytes_per_block
+from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget
+from argosy.server.worker.model_runner import ModelRunner
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.outputs import RequestOutput
 from argosy.server.worker.sampler import Sampler

@@ -11,10 +11,6 @@ from argosy.server.models.loader import load_model
 from argosy.server.engine.scheduler import SchedulerOutput
 
 
-def kv_bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
-    return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
-
-
 class ModelRunner:
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_model_len: int,
                  block_size: int):

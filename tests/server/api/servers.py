@@ -13,7 +13,8 @@ import uvicorn
 
 from argosy.server.api.app import build_app
 from argosy.server.api.serve_command import DrainingServer
-from argosy.server.api.server_state import ServerConfig, ServerState
+from argosy.server.api.server_config import ServerConfig
+from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
 from argosy.server.engine.llm_engine import EngineStats
 from tests.polling import wait_until

@@ -14,7 +14,7 @@ import torch
 
 from argosy import LLM, SamplingParams
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.worker.model_runner import kv_bytes_per_block
+from argosy.server.worker.memory_budget import kv_bytes_per_block
 from tests.polling import wait_until
 from tests.processes import MODEL
 from tests.server.api.servers import holding_engine, run_server

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from argosy.server.engine_config import CPU_KV_CACHE_BYTES, EngineConfig, gpu_kv_budget, kv_cache_budget
+from argosy.server.engine_config import EngineConfig
+from argosy.server.worker.memory_budget import CPU_KV_CACHE_BYTES, gpu_kv_budget, kv_cache_budget
 from tests.checkpoints import tiny_llm
 
 

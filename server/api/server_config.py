@@ -1,0 +1,28 @@
+"""ServerConfig: every setting of `argosy serve` beyond the engine's, with its flag's default
+and help, and the engine's own EngineConfig."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from argosy.flags import setting
+from argosy.server.engine_config import EngineConfig
+from argosy.server.models.default_model import DEFAULT_MODEL_NAME
+
+API_KEY_ENV = "ARGOSY_API_KEY"
+
+
+@dataclass
+class ServerConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    host: str = setting("127.0.0.1", "address to listen on")
+    port: int = setting(8000, "port to listen on (the API and /metrics)")
+    api_key: str | None = setting(None, "bearer key required on /v1/*", env=API_KEY_ENV)
+    max_waiting_requests: int = setting(1024, "queued requests beyond which new ones get 503 + Retry-After")
+    shutdown_timeout: float = setting(60.0, "seconds requests in flight may take to finish after SIGTERM")
+    max_request_body_bytes: int = setting(8 << 20, "larger request bodies get 413")
+    log_format: Literal["json", "text"] = setting("json", "one JSON object per line, or text")
+
+    @property
+    def model_name(self) -> str:
+        return self.engine.served_model_name or self.engine.model or DEFAULT_MODEL_NAME
