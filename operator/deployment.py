@@ -4,8 +4,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pydantic import BaseModel
+
 from argosy.operator.labels import labels, metadata, selector_labels
-from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, EngineSpec, InferenceServiceSpec, Owner
+from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, EngineSpec, InferenceServiceSpec, Owner, ServeFlag
 
 RUN_AS_USER = 10001
 PRE_STOP_SLEEP_SECONDS = 5  # lets endpoint removal reach the proxies before the drain starts
@@ -14,18 +16,18 @@ PROGRESS_MARGIN_SECONDS = 600
 
 
 def server_args(spec: InferenceServiceSpec) -> list[str]:
-    """The `argosy serve` command line for this spec."""
-    e: EngineSpec = spec.engine
+    """The `argosy serve` command line for this spec: every engine setting that has a flag."""
     args = ["serve", "--model", f"{MODEL_MOUNT}/{spec.model.path}", "--served-model-name", spec.model.name,
-            "--host", "0.0.0.0", "--port", str(SERVER_PORT), "--log-format", "json",
-            "--dtype", e.dtype, "--block-size", str(e.blockSize), "--max-num-seqs", str(e.maxNumSeqs),
-            "--gpu-memory-utilization", str(e.gpuMemoryUtilization),
-            "--max-waiting-requests", str(e.maxWaitingRequests), "--shutdown-timeout", str(e.shutdownTimeoutSeconds)]
-    optional = {"--max-model-len": e.maxModelLen, "--max-num-batched-tokens": e.maxNumBatchedTokens,
-                "--kv-cache-memory": e.kvCacheMemory}
-    args += [item for flag, value in optional.items() if value is not None for item in (flag, str(value))]
-    args.append("--enable-prefix-caching" if e.enablePrefixCaching else "--no-enable-prefix-caching")
-    args.append("--enable-chunked-prefill" if e.enableChunkedPrefill else "--no-enable-chunked-prefill")
+            "--host", "0.0.0.0", "--port", str(SERVER_PORT), "--log-format", "json"]
+    for name, field in EngineSpec.model_fields.items():
+        flag = next((m.flag for m in field.metadata if isinstance(m, ServeFlag)), None)
+        value = getattr(spec.engine, name)
+        if flag is None or value is None:
+            continue
+        if isinstance(value, bool):
+            args.append(flag if value else flag.replace("--", "--no-", 1))
+        else:
+            args += [flag, str(value)]
     return args
 
 
@@ -63,8 +65,8 @@ def _pod_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
         "enableServiceLinks": False,
     }
     node_selector = {**spec.model.nodeSelector, **spec.nodeSelector}
-    optional = {"nodeSelector": node_selector, "tolerations": spec.tolerations, "affinity": spec.affinity,
-                "imagePullSecrets": spec.imagePullSecrets, "serviceAccountName": spec.serviceAccountName,
+    optional = {"nodeSelector": node_selector, "tolerations": _dump(spec.tolerations), "affinity": spec.affinity,
+                "imagePullSecrets": _dump(spec.imagePullSecrets), "serviceAccountName": spec.serviceAccountName,
                 "priorityClassName": spec.priorityClassName}
     pod.update({k: v for k, v in optional.items() if v})
     return pod
@@ -99,9 +101,15 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
                             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if spec.resources:
-        container["resources"] = spec.resources
+    resources = spec.resources.model_dump(exclude_defaults=True)
+    if resources:
+        container["resources"] = resources
     return container
+
+
+def _dump(items: list[BaseModel]) -> list[dict[str, Any]]:
+    """Typed list items as the pod takes them, without the fields left out."""
+    return [item.model_dump(exclude_none=True) for item in items]
 
 
 def _model_volume(spec: InferenceServiceSpec) -> dict[str, Any]:

@@ -1,12 +1,11 @@
 """EngineConfig: every setting of the engine in one place, named as vLLM names them, and
-`resolve_limits`, which settles the values that depend on the checkpoint."""
+`resolve_limits`, which settles the values that depend on the checkpoint. Nothing here loads
+torch, so that the operator can read the server's defaults."""
 from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
 from typing import Literal
-
-import torch
 
 from argosy.flags import literal_choices, setting
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
@@ -14,7 +13,6 @@ from argosy.server.models.model_config import ModelConfig
 
 DEFAULT_BATCHED_TOKENS = 2048
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-_DTYPES = {name: getattr(torch, name) for name in typing.get_args(DType) if name != "auto"}
 
 
 @dataclass
@@ -57,19 +55,6 @@ class EngineConfig:
             if choices is not None and getattr(self, name) not in choices:
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}",
                                           param=name)
-
-    def torch_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
-
-    def torch_dtype(self, model: ModelConfig, device: torch.device) -> torch.dtype:
-        if self.dtype != "auto":
-            return _DTYPES[self.dtype]
-        if device.type == "cpu":
-            return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
-        native = _DTYPES.get(model.torch_dtype or "", torch.bfloat16)
-        return torch.bfloat16 if native == torch.float32 else native
 
 
 @dataclass(frozen=True)

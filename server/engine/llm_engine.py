@@ -13,6 +13,7 @@ from argosy.server.models.default_model import resolve_model_path
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.device import resolve_device, resolve_dtype
 from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget
 from argosy.server.worker.model_runner import ModelRunner
 from argosy.server.engine.output_processor import OutputProcessor
@@ -46,8 +47,8 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(path)
         self.limits = resolve_limits(config, self.model_config)
         self.tokenizer = Tokenizer(path)
-        device = config.torch_device()
-        self.dtype = config.torch_dtype(self.model_config, device)
+        device = resolve_device(config)
+        self.dtype = resolve_dtype(config, self.model_config, device)
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len,
                                   config.block_size)

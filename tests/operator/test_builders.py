@@ -2,6 +2,7 @@
 validation, several versions) and for a real KEDA, and says what the spec asks."""
 from __future__ import annotations
 
+import argparse
 import re
 
 import jsonschema
@@ -13,7 +14,9 @@ from argosy.operator.deployment import build_deployment, server_args
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
 from argosy.operator.service import build_pdb, build_service
-from argosy.operator.spec import EngineSpec, InferenceServiceSpec, Owner
+from argosy.operator.spec import EngineSpec, InferenceServiceSpec, Owner, ServeFlag
+from argosy.server.api.serve_command import add_serve_args, server_config
+from argosy.server.engine_config import EngineConfig
 from tests.operator.crd_schema import ROOT, admit, to_jsonschema
 from tests.operator.specs import SPECS
 
@@ -67,9 +70,6 @@ def test_deployment_runs_argosy_serve_with_the_engine_flags():
     pod = deployment["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] > 120  # above the drain timeout
     # The parser of `argosy serve` accepts exactly these flags.
-    import argparse
-
-    from argosy.server.api.serve_command import add_serve_args, server_config
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
     config = server_config(parser.parse_args(args[1:]))
@@ -147,15 +147,25 @@ def test_building_is_deterministic():
     assert build_service(OWNER)["spec"]["selector"] == build_deployment(OWNER, spec)["spec"]["selector"]["matchLabels"]
 
 
-def test_server_args_cover_every_engine_field():
-    fields = set(EngineSpec.model_fields) - {"apiKeySecretRef"}
-    args = " ".join(server_args(spec_of("tuned-engine")))
-    flags = {"maxModelLen": "--max-model-len", "maxNumSeqs": "--max-num-seqs",
-             "maxNumBatchedTokens": "--max-num-batched-tokens", "blockSize": "--block-size",
-             "gpuMemoryUtilization": "--gpu-memory-utilization", "enablePrefixCaching": "-enable-prefix-caching",
-             "enableChunkedPrefill": "-enable-chunked-prefill", "dtype": "--dtype",
-             "maxWaitingRequests": "--max-waiting-requests", "shutdownTimeoutSeconds": "--shutdown-timeout",
-             "kvCacheMemory": "--kv-cache-memory"}
-    assert set(flags) == fields
-    assert all(flag in args for name, flag in flags.items() if name != "kvCacheMemory")
-    assert "--kv-cache-memory 4294967296" in " ".join(server_args(spec_of("cpu-node")))
+@pytest.mark.parametrize("name", ["plain-gpu", "tuned-engine", "cpu-node"])
+def test_every_engine_setting_reaches_argosy_serve(name):
+    spec = spec_of(name)
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    parsed = parser.parse_args(server_args(spec)[1:])
+    flagged = [n for n, f in EngineSpec.model_fields.items() if any(isinstance(m, ServeFlag) for m in f.metadata)]
+    assert set(EngineSpec.model_fields) - set(flagged) == {"apiKeySecretRef"}  # an env variable, not a flag
+    for field in flagged:
+        value = getattr(spec.engine, field)
+        flag = next(m.flag for m in EngineSpec.model_fields[field].metadata if isinstance(m, ServeFlag))
+        assert getattr(parsed, flag[2:].replace("-", "_")) == value, field
+
+
+def test_engine_defaults_are_the_servers():
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    defaults = server_config(parser.parse_args([]))
+    config = server_config(parser.parse_args(server_args(spec_of("plain-gpu"))[1:]))
+    assert config.engine == EngineConfig(model="/models/llama-3-8b-instruct", served_model_name="llama-3-8b-instruct")
+    assert (config.max_waiting_requests, config.shutdown_timeout) == (defaults.max_waiting_requests,
+                                                                      defaults.shutdown_timeout)

@@ -6,8 +6,7 @@ import copy
 
 import pytest
 
-from argosy.operator.spec import (AutoscalingSpec, DisruptionBudgetSpec, EngineSpec, InferenceServiceSpec,
-                                  RolloutSpec)
+from argosy.operator import crd
 from tests.operator.crd_schema import admit, load_crd, openapi_schema
 from tests.operator.specs import AUTOSCALING, MODEL, SPECS
 
@@ -122,27 +121,32 @@ def test_crd_shape():
     assert "Age" in columns and "Replicas" in columns
 
 
-def described(schema) -> list[str]:
-    """Spec fields without a description (leaves of obvious meaning are allowed)."""
-    missing = []
+def undescribed(schema, path: str) -> list[str]:
+    """Fields without a description, which `kubectl explain` would show bare."""
+    missing = [] if schema.get("description") else [path]
     for name, sub in (schema.get("properties") or {}).items():
-        if sub.get("type") == "object" and "properties" in sub and not sub.get("description"):
-            missing.append(name)
-        missing += described(sub)
+        missing += undescribed(sub, f"{path}.{name}")
+    if "items" in schema:
+        missing += undescribed(schema["items"], f"{path}[]")
     return missing
 
 
-def test_objects_in_the_schema_are_described():
-    assert described(openapi_schema(CRD)["properties"]["spec"]) == []
-
-
-@pytest.mark.parametrize("path, model", [("spec", InferenceServiceSpec), ("spec.engine", EngineSpec),
-                                         ("spec.autoscaling", AutoscalingSpec), ("spec.rollout", RolloutSpec),
-                                         ("spec.disruptionBudget", DisruptionBudgetSpec)])
-def test_crd_defaults_are_the_operators_defaults(path, model):
+def test_every_field_is_described_for_kubectl_explain():
     schema = openapi_schema(CRD)
-    for key in path.split("."):
-        schema = schema["properties"][key]
-    for field, sub in schema["properties"].items():
-        if "default" in sub and not isinstance(sub["default"], dict):
-            assert model.model_fields[field].default == sub["default"], field
+    assert undescribed(schema["properties"]["spec"], "spec") + undescribed(schema["properties"]["status"],
+                                                                            "status") == []
+
+
+def test_the_committed_crds_are_what_the_models_generate():
+    assert crd.main(["--check"]) == 0
+    for path in crd.TARGETS:
+        assert path.read_text() == crd.render()
+
+
+def test_a_stale_crd_is_reported(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "crd.yaml"
+    stale.write_text(crd.render().replace("minimum: 16", "minimum: 8"))
+    monkeypatch.setattr(crd, "TARGETS", [stale])
+    monkeypatch.setattr(crd, "ROOT", tmp_path)
+    assert crd.main(["--check"]) == 1 and "crd.yaml is out of date" in capsys.readouterr().err
+    assert crd.main([]) == 0 and crd.main(["--check"]) == 0 and stale.read_text() == crd.render()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 from argosy.operator.main import add_operator_args, peering_priority
 
@@ -29,3 +31,9 @@ def test_replicas_get_distinct_positive_priorities():
     priorities = [peering_priority(None, name) for name in names]
     assert len(set(priorities)) == len(names) and all(p > 0 for p in priorities)
     assert peering_priority(None, names[0]) == priorities[0]  # stable for one pod
+
+
+def test_the_operator_never_loads_torch():
+    code = ("import sys, argosy.operator.handlers, argosy.operator.crd, argosy.operator.main;"
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,9 +1,12 @@
 """Status from what the cluster shows, and drift from what we built: pure functions."""
 from __future__ import annotations
 
+import jsonschema
+
 from argosy.operator.drift import differences, merge_patch
 from argosy.operator.spec import Owner
-from argosy.operator.status import compute_status, diagnose_pods
+from argosy.operator.status import Problem, compute_status, diagnose_pods
+from tests.operator.crd_schema import load_crd, openapi_schema, to_jsonschema
 
 OWNER = Owner(name="svc", namespace="llm", uid="u1", generation=4)
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
@@ -37,6 +40,15 @@ def test_a_rollout_in_progress_is_reconciling():
     for dep in (deployment(ready=1), deployment(observed=6), deployment(updated=1), deployment(current=3)):
         assert conditions(compute_status(OWNER, dep, [], None, [], NOW))["Ready"] == ("False", "Progressing")
         assert conditions(compute_status(OWNER, dep, [], None, [], NOW))["Reconciling"][0] == "True"
+
+
+def test_every_status_fits_the_crds_status_schema():
+    schema = to_jsonschema(openapi_schema(load_crd())["properties"]["status"], root=False)
+    problem = Problem("ImagePullFailed", "no such image")
+    for status in (compute_status(OWNER, deployment(), [], None, [], NOW),
+                   compute_status(OWNER, None, [], None, [], NOW),
+                   compute_status(OWNER, deployment(ready=0), [], problem, [], NOW, min_ready=1)):
+        jsonschema.Draft7Validator(schema, format_checker=jsonschema.FormatChecker()).validate(status)
 
 
 def test_scaled_to_zero_is_ready_and_a_missing_deployment_is_pending():

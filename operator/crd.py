@@ -1,0 +1,151 @@
+"""The InferenceService CRD, generated from the typed models in spec.py and resource.py.
+
+`python -m argosy.operator.crd` writes crds/ and the chart's copy; `--check` only says whether
+they are up to date (a test runs it). Pydantic models become a Kubernetes structural schema:
+`X | None` is an optional X, `Literal` an enum, `int | str` int-or-string, `dict[str, X]` a
+map, `dict[str, Any]` an object kept as it is; Field bounds, patterns, descriptions and
+defaults carry over, and `json_schema_extra` adds what pydantic cannot say (CEL rules). An
+object field gets the default {} when the object has defaults of its own, so that the API
+server fills them in."""
+from __future__ import annotations
+
+import argparse
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import annotated_types
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from argosy.operator.resource import NAMES, PRINTER_COLUMNS, SUBRESOURCES, InferenceService
+from argosy.operator.spec import GROUP, PLURAL, VERSION
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = [ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml", ROOT / "charts" / "argosy" / "crds" / f"{PLURAL}.{GROUP}.yaml"]
+HEADER = ("# The InferenceService CustomResourceDefinition. Generated from argosy/operator/spec.py and\n"
+          "# resource.py by `python -m argosy.operator.crd`: edit the models, not this file.\n")
+_CONSTRAINTS = {annotated_types.Ge: ("minimum", "ge"), annotated_types.Le: ("maximum", "le"),
+                annotated_types.MinLen: ("minLength", "min_length"), annotated_types.MaxLen: ("maxLength", "max_length")}
+_SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def build_crd() -> dict[str, Any]:
+    schema = model_schema(InferenceService)
+    schema["properties"] = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                            "metadata": {"type": "object"}, **schema["properties"]}
+    version = {"name": VERSION, "served": True, "storage": True, "subresources": SUBRESOURCES,
+               "additionalPrinterColumns": PRINTER_COLUMNS, "schema": {"openAPIV3Schema": schema}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{PLURAL}.{GROUP}",
+                         "labels": {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/part-of": "argosy"}},
+            "spec": {"group": GROUP, "scope": "Namespaced", "names": NAMES, "versions": [version]}}
+
+
+def render() -> str:
+    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+
+
+def model_schema(cls: type[BaseModel]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object"}
+    if cls.__doc__ and "__doc__" in cls.__dict__:
+        schema["description"] = " ".join(cls.__doc__.split())
+    required = [name for name, field in cls.model_fields.items() if field.is_required()]
+    if required:
+        schema["required"] = required
+    schema.update(cls.model_config.get("json_schema_extra") or {})
+    schema["properties"] = {name: field_schema(field) for name, field in cls.model_fields.items()}
+    return schema
+
+
+def field_schema(field: FieldInfo) -> dict[str, Any]:
+    schema = type_schema(field.annotation)
+    if field.description:
+        schema["description"] = field.description
+    schema.update(_constraints(field))
+    default = _default(field)
+    if default is not None:
+        schema["default"] = default
+    return _ordered(schema)
+
+
+def type_schema(annotation: Any) -> dict[str, Any]:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        schema = type_schema(args[0])
+        for extra in args[1:]:
+            if isinstance(extra, FieldInfo):
+                schema.update(_constraints(extra))
+        return schema
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if set(options) == {int, str}:
+            return {"x-kubernetes-int-or-string": True}
+        (only,) = options  # an optional value; the API server knows no other unions
+        return type_schema(only)
+    if origin is Literal:
+        return {"type": _SCALARS[type(args[0])], "enum": list(args)}
+    if origin is list:
+        return {"type": "array", "items": type_schema(args[0])}
+    if origin is dict:
+        if args[1] is Any:
+            return {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        return {"type": "object", "additionalProperties": type_schema(args[1])}
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return model_schema(annotation)
+    return {"type": _SCALARS[annotation]}
+
+
+def _constraints(field: FieldInfo) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in field.metadata:
+        if type(item) in _CONSTRAINTS:
+            keyword, attribute = _CONSTRAINTS[type(item)]
+            found[keyword] = getattr(item, attribute)
+        elif getattr(item, "pattern", None):
+            found["pattern"] = item.pattern
+    found.update(field.json_schema_extra or {})
+    return found
+
+
+def _default(field: FieldInfo) -> Any:
+    if field.default_factory is not None:
+        made = field.default_factory()
+        has_defaults = isinstance(made, BaseModel) and any(not f.is_required() and _default(f) is not None
+                                                           for f in type(made).model_fields.values())
+        return {} if has_defaults else None
+    return None if field.default is PydanticUndefined else field.default
+
+
+_ORDER = ("type", "x-kubernetes-int-or-string", "description", "enum", "minimum", "maximum", "minLength",
+          "maxLength", "pattern", "format", "default")
+
+
+def _ordered(schema: dict[str, Any]) -> dict[str, Any]:
+    """Keywords in reading order: what it is, what it means, what it allows, then its parts."""
+    first = {k: schema[k] for k in _ORDER if k in schema}
+    return {**first, **{k: v for k, v in schema.items() if k not in first}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m argosy.operator.crd", description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a written CRD differs from the models")
+    args = parser.parse_args(argv)
+    text = render()
+    stale = [path for path in TARGETS if not path.is_file() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is out of date: run python -m argosy.operator.crd", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The InferenceService resource as a whole: its status as typed models, and what the CRD
+says about the kind beyond its schema (names, printer columns, subresources), the markers
+Kubebuilder would put on the root type."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from argosy.operator.spec import KIND, PLURAL, InferenceServiceSpec, cel, rules
+
+SINGULAR, SHORT_NAMES, CATEGORIES = "inferenceservice", ["ais"], ["argosy"]
+# The name becomes a Service name (DNS-1035) and the prefix of pod names, which must stay
+# whole for the autoscaling query to find them.
+MAX_NAME_LENGTH = 46
+
+
+class Condition(BaseModel):
+    """One kstatus condition: Ready, Reconciling or Stalled."""
+
+    type: str = Field(description="Ready, Reconciling or Stalled.")
+    status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
+    reason: str | None = Field(None, description="Why, in CamelCase.")
+    message: str | None = Field(None, description="Why, for people.")
+    observedGeneration: int | None = Field(None, json_schema_extra={"format": "int64"},
+                                           description="The spec generation the condition describes.")
+    lastTransitionTime: str | None = Field(None, json_schema_extra={"format": "date-time"},
+                                           description="When status last changed.")
+
+
+class InferenceServiceStatus(BaseModel):
+    """Observed state, in kstatus form, so Argo CD and Flux can read health."""
+
+    observedGeneration: int | None = Field(None, json_schema_extra={"format": "int64"},
+                                           description="The spec generation this status describes.")
+    replicas: int | None = Field(None, description="Server pods that exist.")
+    readyReplicas: int | None = Field(None, description="Server pods that are ready.")
+    selector: str | None = Field(None, description="Label selector of the server pods (for the scale subresource).")
+    url: str | None = Field(None, description="The OpenAI-compatible API inside the cluster.")
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Ready, Reconciling and Stalled.")
+
+
+class InferenceService(BaseModel):
+    """An LLM served by a fleet of Argosy inference-server pods."""
+
+    model_config = ConfigDict(json_schema_extra=rules(cel(
+        f"self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+        "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) "
+        f"of at most {MAX_NAME_LENGTH} characters", ".metadata.name")))
+
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus | None = None
+
+
+NAMES = {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
+         "shortNames": SHORT_NAMES, "categories": CATEGORIES}
+
+# What `kubectl get ais` shows.
+PRINTER_COLUMNS = [
+    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Ready replicas"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
+    {"name": "URL", "type": "string", "jsonPath": ".status.url"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+# status, and scale, so that `kubectl scale ais` (and HPAs) can set spec.replicas.
+SUBRESOURCES = {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                                        "labelSelectorPath": ".status.selector"}}
