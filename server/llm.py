@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from argosy.server.engine_config import EngineConfig
-from argosy.server.engine.llm_engine import EngineStats, LLMEngine
+from argosy.server.engine.llm_engine import LLMEngine
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.outputs import RequestOutput
+from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
 PromptInput = str | dict[str, Any]
@@ -15,6 +15,9 @@ Conversation = list[dict[str, Any]]
 
 
 class LLM:
+    """The engine in this process. Keyword arguments are EngineConfig's settings (the engine
+    flags of `argosy serve`, snake_case), with the same defaults."""
+
     def __init__(self, model: str | None = None, **kwargs: Any):
         self.engine = LLMEngine(EngineConfig(model=model, **kwargs))
         self._next_id = 0

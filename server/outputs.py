@@ -1,5 +1,5 @@
 """What the engine hands back: RequestOutput (one per prompt) holding CompletionOutput
-(one per sampled sequence). Shapes follow vLLM's."""
+(one per sampled sequence), shaped as vLLM's; and EngineStats, its live figures."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,9 +22,6 @@ class CompletionOutput:
     finish_reason: str | None = None  # "stop", "length" or "abort"
     stop_reason: int | str | None = None  # the stop token id or stop string that ended it
 
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
 
 @dataclass
 class RequestMetrics:
@@ -43,3 +40,18 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    num_waiting: int
+    num_running: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int  # of those, tokens found
+    num_preemptions: int
+
+    @property
+    def kv_cache_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total

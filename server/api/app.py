@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from argosy.server.api.engine_client import AsyncEngine
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, error_body, install_error_handlers
@@ -25,24 +25,25 @@ log = logging.getLogger("argosy.api")
 def load_engine(state: ServerState) -> None:
     """Loads the model and starts the engine loop; failures are kept for /health and the CLI."""
     try:
-        engine = LLMEngine(state.config.engine)
+        core = LLMEngine(state.config.engine)
     except Exception as exc:
         log.exception("model failed to load")
         state.load_error = str(exc)
         return
     metrics = state.metrics
+    client: EngineClient
 
     def on_step(outputs, now) -> None:
         metrics.observe_step(outputs, now)
-        stats = engine.stats()
+        stats = client.stats()
         metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
 
-    async_engine = AsyncEngine(engine, state.config.max_waiting_requests, on_step, metrics.observe_abort)
-    metrics.bind_gauges(lambda: async_engine.num_waiting, lambda: async_engine.num_running,
-                        lambda: engine.stats().kv_cache_usage)
-    state.engine = async_engine
-    log.info("model %s loaded: %s blocks of %s tokens", state.model_name, engine.kv.pool.num_blocks,
-             engine.config.block_size)
+    client = EngineClient(core, state.config.max_waiting_requests, on_step, metrics.observe_abort)
+    metrics.bind_gauges(lambda: client.num_waiting, lambda: client.num_running,
+                        lambda: client.stats().kv_cache_usage)
+    state.client = client
+    log.info("model %s loaded: %s blocks of %s tokens", state.model_name, client.stats().kv_blocks_total,
+             state.config.engine.block_size)
 
 
 def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
@@ -55,8 +56,8 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
         else:
             load_engine(state)
         yield
-        if state.engine is not None:
-            state.engine.shutdown()
+        if state.client is not None:
+            state.client.shutdown()
 
     app = FastAPI(title="Argosy", lifespan=lifespan)
     app.state.argosy = state
@@ -71,27 +72,27 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
                                            code="invalid_api_key"), status_code=401)
         return await call_next(request)
 
-    def serving_engine() -> AsyncEngine:
+    def serving_engine() -> EngineClient:
         if state.draining:
             raise APIError(503, "the server is shutting down", "service_unavailable_error", code="shutting_down",
                            headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-        if state.engine is None:
+        if state.client is None:
             raise APIError(503, state.load_error or "the model is loading", "service_unavailable_error",
                            code="model_not_ready", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-        return state.engine
+        return state.client
 
     @app.get("/health")
     async def health() -> Response:
         if state.ready:
             return Response(status_code=200)
         reason = ("draining" if state.draining else state.load_error or
-                  ("engine loop stopped" if state.engine is not None else "loading"))
+                  ("engine loop stopped" if state.client is not None else "loading"))
         return JSONResponse({"status": reason}, status_code=503)
 
     @app.get("/live")
     async def live() -> Response:
         """Liveness: the process answers (and its engine loop runs), draining or not."""
-        healthy = state.engine is None or state.engine.healthy
+        healthy = state.client is None or state.client.healthy
         return Response(status_code=200 if healthy else 503)
 
     @app.get("/metrics")
@@ -99,19 +100,19 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models")
-    async def models(engine: AsyncEngine = Depends(serving_engine)) -> dict:
+    async def models(client: EngineClient = Depends(serving_engine)) -> dict:
         return {"object": "list", "data": [{
             "id": state.model_name, "object": "model", "created": 0, "owned_by": "argosy",
-            "max_model_len": engine.engine.limits.max_model_len}]}
+            "max_model_len": client.max_model_len}]}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request,
-                          engine: AsyncEngine = Depends(serving_engine)):
-        return await create_completion(body, request, state, engine)
+                          client: EngineClient = Depends(serving_engine)):
+        return await create_completion(body, request, state, client)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatCompletionRequest, request: Request, engine: AsyncEngine = Depends(serving_engine)):
-        return await create_chat_completion(body, request, state, engine)
+    async def chat(body: ChatCompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
+        return await create_chat_completion(body, request, state, client)
 
     return app
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.generation import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
                                        new_request_id, stream_events, top_k, usage)
@@ -11,13 +12,14 @@ from argosy.server.api.server_state import ServerState
 from argosy.server.outputs import Logprob
 
 
-async def create_chat_completion(body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, engine):
+async def create_chat_completion(body: ChatCompletionRequest, http: HTTPRequest, state: ServerState,
+                                 client: EngineClient):
     check_model(body.model, state.model_name)
     params = body.to_sampling_params()
     request_id = new_request_id(http, "chatcmpl")
-    tokenizer = engine.engine.tokenizer
+    tokenizer = client.tokenizer
     prompt = tokenizer.encode_chat(body.messages, body.add_generation_prompt is not False)
-    gen = Generation(engine, request_id, [engine.engine.make_request(engine_request_id(request_id), prompt, params)])
+    gen = Generation(client, request_id, [client.make_request(engine_request_id(request_id), prompt, params)])
     base = {"id": request_id, "created": gen.created, "model": state.model_name}
     k = body.top_logprobs or 0
 

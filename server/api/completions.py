@@ -4,22 +4,23 @@ from __future__ import annotations
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.generation import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
                                        new_request_id, stream_events, token_chars, top_k, usage)
 from argosy.server.api.server_state import ServerState
 
 
-async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, engine):
+async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient):
     check_model(body.model, state.model_name)
     params = body.to_sampling_params()
     request_id = new_request_id(http, "cmpl")
-    requests = [engine.engine.make_request(engine_request_id(request_id, i), prompt, params)
+    requests = [client.make_request(engine_request_id(request_id, i), prompt, params)
                 for i, prompt in enumerate(body.prompts())]
-    tokenizer = engine.engine.tokenizer
+    tokenizer = client.tokenizer
     echoes = [(r.prompt if r.prompt is not None else tokenizer.decode(r.prompt_token_ids)) if body.echo else ""
               for r in requests]
-    gen = Generation(engine, request_id, requests)
+    gen = Generation(client, request_id, requests)
     base = {"id": request_id, "object": "text_completion", "created": gen.created, "model": state.model_name}
 
     def choice(index: int, delta: Delta) -> dict:

@@ -1,5 +1,6 @@
-"""AsyncEngine: drives the LLMEngine from one background thread and lets asyncio handlers
-submit requests and await their outputs without ever blocking the event loop.
+"""EngineClient: what the HTTP layer knows of the engine (its tokenizer, request building,
+limits, stats, submitting and aborting), and the background thread that drives the engine
+core, so that asyncio handlers never block the event loop.
 
 The engine thread steps while work exists and sleeps on an event when idle. Requests and
 aborts reach it through a command queue and take effect between steps; outputs go back to
@@ -15,9 +16,11 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from argosy.server.engine.llm_engine import LLMEngine
-from argosy.server.exceptions import ArgosyError
-from argosy.server.outputs import RequestOutput
 from argosy.server.engine.sequence import Request
+from argosy.server.exceptions import ArgosyError
+from argosy.server.outputs import EngineStats, RequestOutput
+from argosy.server.sampling_params import SamplingParams
+from argosy.server.text.tokenizer import Tokenizer
 
 log = logging.getLogger("argosy.engine")
 SWITCH_INTERVAL_S = 0.0002
@@ -35,11 +38,11 @@ class EngineFailedError(ArgosyError):
     """An engine step failed (a bug): the requests of that step end with this error."""
 
 
-class AsyncEngine:
-    def __init__(self, engine: LLMEngine, max_waiting_requests: int,
+class EngineClient:
+    def __init__(self, core: LLMEngine, max_waiting_requests: int,
                  on_step: Callable[[list[RequestOutput], float], None] | None = None,
                  on_abort: Callable[[str], None] | None = None):
-        self.engine = engine
+        self.core = core  # driven by this client's thread only
         self.max_waiting_requests = max_waiting_requests
         self.on_step = on_step
         self.on_abort = on_abort
@@ -57,6 +60,21 @@ class AsyncEngine:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         self._thread = threading.Thread(target=self._run, name="argosy-engine", daemon=True)
         self._thread.start()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.core.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.core.limits.max_model_len
+
+    def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> Request:
+        """Tokenizes and validates, in the caller's thread; raises InvalidRequestError."""
+        return self.core.inputs.make_request(request_id, prompt, params)
+
+    def stats(self) -> EngineStats:
+        return self.core.stats()
 
     @property
     def num_in_flight(self) -> int:
@@ -122,15 +140,15 @@ class AsyncEngine:
     def _run(self) -> None:
         while not self._stopped:
             self._apply_commands()
-            if not self.engine.has_unfinished_requests():
+            if not self.core.has_unfinished_requests():
                 self._wake.wait()
                 self._wake.clear()
                 continue
             try:
-                outputs = self.engine.step()
+                outputs = self.core.step()
             except Exception as exc:  # a bug must fail its requests, not hang them or the loop
                 log.exception("engine step failed")
-                for request_id in list(self.engine.requests):
+                for request_id in self.core.request_ids():
                     self._abort(request_id)
                     self._deliver(request_id, EngineFailedError(f"engine step failed: {exc!r}"))
                 continue
@@ -149,7 +167,7 @@ class AsyncEngine:
                 break
             if kind == "add":
                 self._add(payload)
-            elif payload in self.engine.requests:
+            else:
                 self._abort(payload)
 
     def _add(self, request: Request) -> None:
@@ -160,33 +178,29 @@ class AsyncEngine:
                     self.on_abort(request.request_id)
                 return
             try:
-                self.engine.enqueue(request)
+                self.core.enqueue(request)
             except Exception as exc:  # this request alone fails
                 log.exception("could not queue request %s", request.request_id)
                 self._deliver(request.request_id, EngineFailedError(f"could not queue the request: {exc!r}"))
             self._count_waiting()
 
     def _abort(self, request_id: str) -> None:
-        self.engine.abort(request_id)
-        if self.on_abort is not None:
+        if self.core.abort(request_id) and self.on_abort is not None:
             self.on_abort(request_id)
         with self._lock:
             self._count_waiting()
 
     def _count_waiting(self) -> None:
         """Caller holds the lock."""
-        scheduler = self.engine.scheduler
-        waiting = {seq.request.request_id for seq in scheduler.waiting}
-        running = {seq.request.request_id for seq in scheduler.running} - waiting
-        self._waiting, self._running = len(waiting), len(running)
+        self._waiting, self._running = self.core.num_requests()
 
 
 class RequestStream:
     """The outputs of one submitted request. Leaving the iteration early (a client disconnect
     cancels it) or closing the stream aborts the request."""
 
-    def __init__(self, engine: AsyncEngine, request_id: str, queue: asyncio.Queue):
-        self.engine, self.request_id, self._queue = engine, request_id, queue
+    def __init__(self, client: EngineClient, request_id: str, queue: asyncio.Queue):
+        self.client, self.request_id, self._queue = client, request_id, queue
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[RequestOutput]:
@@ -203,5 +217,5 @@ class RequestStream:
 
     def close(self) -> None:
         """Aborts the request unless it already finished."""
-        self.engine._forget(self.request_id, self._done)
+        self.client._forget(self.request_id, self._done)
         self._done = True

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
-from argosy.server.api.engine_client import AsyncEngine, RequestStream
+from argosy.server.api.engine_client import EngineClient, RequestStream
 from argosy.server.api.error_responses import APIError, sse_error
 from argosy.server.outputs import CompletionOutput, Logprob, RequestOutput
 from argosy.server.engine.sequence import Request
@@ -43,7 +43,7 @@ def check_model(requested: str, served: str) -> None:
 class Generation:
     """The engine requests of one API call (one per prompt), submitted all or none."""
 
-    def __init__(self, engine: AsyncEngine, request_id: str, requests: list[Request]):
+    def __init__(self, client: EngineClient, request_id: str, requests: list[Request]):
         self.request_id = request_id
         self.requests = requests
         self.latest: dict[int, RequestOutput] = {}
@@ -52,7 +52,7 @@ class Generation:
         self.streams: list[RequestStream] = []
         try:
             for request in requests:
-                self.streams.append(engine.submit(request))
+                self.streams.append(client.submit(request))
         except Exception:
             self.close()
             raise

@@ -16,6 +16,7 @@ import uvicorn
 from argosy.server.api.app import build_app
 from argosy.server.api.log_format import configure_logging
 from argosy.flags import add_flags, config_from_args
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
@@ -52,20 +53,20 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain()))
 
     async def _drain(self) -> None:
-        engine = self.state.engine
-        if engine is not None and not await _finished(engine, self.state.config.shutdown_timeout):
-            log.warning("shutdown timeout: ending %d requests", engine.num_in_flight)
-            engine.abort_all("the server shut down before the request finished")
-            await _finished(engine, ERROR_EVENT_SECONDS)  # each stream ends with its error event
+        client = self.state.client
+        if client is not None and not await _finished(client, self.state.config.shutdown_timeout):
+            log.warning("shutdown timeout: ending %d requests", client.num_in_flight)
+            client.abort_all("the server shut down before the request finished")
+            await _finished(client, ERROR_EVENT_SECONDS)  # each stream ends with its error event
         self.should_exit = True
 
 
-async def _finished(engine, timeout: float) -> bool:
+async def _finished(client: EngineClient, timeout: float) -> bool:
     """Waits up to `timeout` seconds for every request in flight to end."""
     deadline = time.monotonic() + timeout
-    while engine.num_in_flight and time.monotonic() < deadline:
+    while client.num_in_flight and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    return not engine.num_in_flight
+    return not client.num_in_flight
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -77,7 +78,7 @@ def serve(args: argparse.Namespace) -> int:
                                            log_config=None, timeout_graceful_shutdown=5), state)
 
     async def watch_loading() -> None:
-        while state.engine is None and state.load_error is None:
+        while state.client is None and state.load_error is None:
             await asyncio.sleep(0.1)
         if state.load_error is not None:
             server.should_exit = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from argosy.server.api.engine_client import AsyncEngine
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.server_config import ServerConfig
 
@@ -13,7 +13,7 @@ from argosy.server.api.server_config import ServerConfig
 class ServerState:
     config: ServerConfig
     metrics: ServerMetrics
-    engine: AsyncEngine | None = None  # set once the model is loaded
+    client: EngineClient | None = None  # set once the model is loaded
     load_error: str | None = None
     draining: bool = False
 
@@ -23,4 +23,4 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None and self.engine.healthy and not self.draining
+        return self.client is not None and self.client.healthy and not self.draining

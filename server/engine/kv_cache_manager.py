@@ -25,13 +25,23 @@ class KVCacheManager:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, enable_prefix_caching)
         self.enable_prefix_caching = enable_prefix_caching
-        self.pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
+        self._pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
         self.prefix_cache_queries = 0  # tokens looked up
         self.prefix_cache_hits = 0  # tokens found
 
     @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
     def num_used_blocks(self) -> int:
         return self.pool.num_blocks - self.pool.num_free
+
+    def take_pending_copies(self) -> list[tuple[int, int]]:
+        """The (src, dst) block copies decided since the last call, for the model runner to
+        make before the step's forward pass; handed over once."""
+        copies, self._pending_copies = self._pending_copies, []
+        return copies
 
     def cached_prefix(self, seq: Sequence) -> list[int]:
         """Blocks already holding the sequence's leading full blocks. At least one token is
@@ -69,7 +79,7 @@ class KVCacheManager:
             (dst,) = self.pool.allocate(1)
             self.pool.release([src])
             seq.block_table[-1] = dst
-            self.pending_copies.append((src, dst))
+            self._pending_copies.append((src, dst))
         total = seq.num_computed_tokens + num_new_tokens
         missing = -(-total // self.block_size) - len(seq.block_table)
         if missing > 0:

@@ -28,10 +28,6 @@ class SchedulerOutput:
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
 
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.scheduled)
-
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
@@ -68,15 +64,15 @@ class Scheduler:
                 budget -= num_new
         if not out.preempted:
             budget = self._admit(out, budget)
-        out.blocks_to_copy, self.kv.pending_copies = self.kv.pending_copies, []
+        out.blocks_to_copy = self.kv.take_pending_copies()
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
         # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
-        reserved = sum(_unforked(seq) for seq in self.running)
+        reserved = sum(seq.request.num_pending_forks for seq in self.running)
         while self.waiting and budget > 0:
             seq = self.waiting[0]
-            if len(self.running) + reserved + 1 + _unforked(seq) > self.max_num_seqs:
+            if len(self.running) + reserved + 1 + seq.request.num_pending_forks > self.max_num_seqs:
                 break
             cached = self.kv.cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.kv.block_size
@@ -88,7 +84,7 @@ class Scheduler:
             if not seq.preempted:  # a recomputation finding its own blocks is no cache hit
                 self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
                 seq.request.num_cached_tokens = seq.num_computed_tokens
-            reserved += _unforked(seq)
+            reserved += seq.request.num_pending_forks
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -124,7 +120,3 @@ class Scheduler:
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
 
-
-def _unforked(seq: Sequence) -> int:
-    """Siblings a sequence will still fork (n > 1, prompt not done yet)."""
-    return seq.request.params.n - len(seq.request.seqs)

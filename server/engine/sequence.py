@@ -87,5 +87,10 @@ class Request:
     num_cached_tokens: int = 0
 
     @property
+    def num_pending_forks(self) -> int:
+        """Sequences still to fork from the first once the prompt is done (n > 1)."""
+        return self.params.n - len(self.seqs)
+
+    @property
     def is_finished(self) -> bool:
-        return len(self.seqs) == self.params.n and all(s.is_finished for s in self.seqs)
+        return self.num_pending_forks == 0 and all(s.is_finished for s in self.seqs)

@@ -32,10 +32,6 @@ class Tokenizer:
         self._byte_level = "ByteLevel" in json.dumps(json.loads(text).get("decoder"))
         self._special = {t.content for t in self._tok.get_added_tokens_decoder().values()}
 
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         try:
             text.encode("utf-8")

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.model_config import ModelConfig
 
 CPU_KV_CACHE_BYTES = 2 << 30
@@ -14,6 +15,18 @@ CPU_KV_CACHE_BYTES = 2 << 30
 
 def kv_bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
+
+
+def num_kv_blocks(budget: int, block_bytes: int, max_model_len: int, block_size: int) -> int:
+    """The blocks a budget holds; at least one sequence of max_model_len must fit."""
+    num_blocks = budget // block_bytes
+    needed = -(-max_model_len // block_size)
+    if num_blocks < needed:
+        raise InvalidRequestError(
+            f"kv_cache_memory of {budget} bytes holds {num_blocks} blocks of {block_size} tokens, fewer than one "
+            f"sequence of max_model_len {max_model_len} needs ({needed}); raise kv_cache_memory or lower "
+            "max_model_len", param="kv_cache_memory")
+    return num_blocks
 
 
 def kv_cache_budget(config: EngineConfig, device: torch.device, measure_peak: Callable[[], int]) -> int:

@@ -16,7 +16,7 @@ from argosy.server.api.serve_command import DrainingServer
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
-from argosy.server.engine.llm_engine import EngineStats
+from argosy.server.outputs import EngineStats
 from tests.polling import wait_until
 from tests.processes import MODEL, free_port
 
@@ -30,7 +30,13 @@ class RunningServer:
 
     @property
     def engine(self):
-        return self.state.engine.engine
+        """The server's engine client: what the HTTP layer sees."""
+        return self.state.client
+
+    @property
+    def core(self):
+        """The engine core the client drives in this process (the gate holds its steps)."""
+        return self.state.client.core
 
     def client(self, **kwargs):
         from openai import OpenAI
@@ -119,7 +125,7 @@ def holding_engine(server: RunningServer, hold: Callable[[EngineStats], bool] = 
                    ) -> Iterator[EngineGate]:
     """The server's engine loop held before each step while `hold` is true (by default: once
     a request is running); released when the block ends, so that the server can always stop."""
-    engine = server.engine
+    engine = server.core
     gate = EngineGate(engine, hold)
     engine.step = gate.step
     try:

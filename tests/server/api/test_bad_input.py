@@ -144,7 +144,7 @@ def test_a_repeated_x_request_id_never_collides(server):
 
 
 def test_a_failing_engine_step_fails_its_requests_with_500_and_the_server_recovers(server, monkeypatch):
-    engine = server.engine
+    engine = server.core
     real_step = engine.step
     calls = {"n": 0}
 

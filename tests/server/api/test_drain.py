@@ -42,7 +42,7 @@ def generated_text_tokens(events: list[str]) -> int:
 def streams_in_flight(srv, count: int, results: list) -> list[threading.Thread]:
     """`count` streams, each with its first tokens sent, held by the engine gate."""
     threads = [stream_in_background(srv.url, 450, results) for _ in range(count)]
-    wait_until(lambda: srv.state.engine.num_waiting == count, what="every request to be queued")
+    wait_until(lambda: srv.engine.num_waiting == count, what="every request to be queued")
     return threads
 
 

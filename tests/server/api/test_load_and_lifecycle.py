@@ -57,7 +57,7 @@ def test_a_client_that_disconnects_has_its_sequence_aborted(server):
             while not next(lines).startswith("data: "):
                 pass
             assert server.engine.stats().num_running == 1 and server.engine.stats().kv_blocks_used > 0
-        wait_until(lambda: server.state.engine.num_in_flight == 0, what="the server to see the client leave")
+        wait_until(lambda: server.engine.num_in_flight == 0, what="the server to see the client leave")
         gate.release()
     wait_until(lambda: server.engine.stats().num_running == 0)
     assert server.engine.stats().kv_blocks_used == 0
@@ -82,7 +82,7 @@ def test_a_non_streaming_client_that_disconnects_is_aborted_too(server, caplog):
         gate.wait_holding()
         assert server.engine.stats().num_running == 1  # it cannot finish while the engine is held
         sock.close()
-        wait_until(lambda: server.state.engine.num_in_flight == 0, what="the server to see the client leave")
+        wait_until(lambda: server.engine.num_in_flight == 0, what="the server to see the client leave")
         gate.release()
     wait_until(lambda: server.engine.stats().num_running == 0 and server.engine.stats().kv_blocks_used == 0)
     wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
@@ -102,10 +102,10 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
         with holding_engine(srv) as gate:
             threads[0].start()  # until its first step, the first request counts as waiting too
             gate.wait_holding()
-            assert srv.state.engine.num_running == 1
+            assert srv.engine.num_running == 1
             for t in threads[1:]:
                 t.start()
-            wait_until(lambda: srv.state.engine.num_waiting == 2)
+            wait_until(lambda: srv.engine.num_waiting == 2)
             assert srv.metric("argosy_num_requests_waiting") == 2
             # Answered while the engine is held: the refusal waited for nothing.
             rejected = httpx.post(f"{srv.url}/v1/completions", json=body, timeout=10)

@@ -148,5 +148,5 @@ def test_shared_partial_block_is_copied_before_it_is_written():
     child.token_ids.append(7)
     assert kv.allocate(child, 1)
     assert child.block_table[-1] != shared and kv.pool.ref_count(shared) == 1
-    assert kv.pending_copies == [(shared, child.block_table[-1])]
+    assert kv.take_pending_copies() == [(shared, child.block_table[-1])] and kv.take_pending_copies() == []
     assert child.block_table[0] == parent.block_table[0]  # the full block stays shared
