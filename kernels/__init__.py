@@ -1,2 +1,2 @@
-"""Attention and cache kernels: pure-PyTorch references (the CPU path) and, where a GPU
-is present, Triton kernels that must match them."""
+"""Paged attention and KV-cache operations in pure PyTorch: the CPU path, and the reference
+that any GPU kernel must match."""

@@ -9,15 +9,12 @@ from typing import Any
 
 import kopf
 
-from argosy.operator.kube import INFERENCE_SERVICE, KubeClient
+from argosy.operator.kube import INFERENCE_SERVICE, OWNED_KINDS, KubeClient
 from argosy.operator.labels import MANAGED_BY, OWNER_LABEL
 from argosy.operator.reconcile import reconcile
-from argosy.operator.spec import GROUP, PLURAL, VERSION
 from argosy.operator.status import ready_condition
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
-OWNED = [("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"),
-         ("v1", "pods"), ("keda.sh", "v1alpha1", "scaledobjects")]
 MAX_RETRY_DELAY = 300
 
 # One lock per InferenceService: its reconciles never overlap.
@@ -27,17 +24,17 @@ RECONCILE_LOCKS: defaultdict[tuple[str, str], threading.Lock] = defaultdict(thre
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # Events come from _reconcile, not from log lines
-    for resource in OWNED:  # watch only our own objects, filtered by the API server
-        settings.watching.label_selectors[resource] = MANAGED_SELECTOR
+    for kind in OWNED_KINDS:  # watch only our own objects, filtered by the API server
+        settings.watching.label_selectors[kind.resource] = MANAGED_SELECTOR
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="argosy.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="argosy.dev", key="last-handled-configuration")
     memo.kube = KubeClient.from_environment()
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
+@kopf.on.resume(*INFERENCE_SERVICE.resource)
+@kopf.on.create(*INFERENCE_SERVICE.resource)
+@kopf.on.update(*INFERENCE_SERVICE.resource)
 def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
     problem = _reconcile(memo.kube, namespace, name)
     if problem is not None and problem.retryable:
@@ -53,8 +50,8 @@ def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         _reconcile(memo.kube, meta["namespace"], name)
 
 
-for _resource in OWNED:
-    owned_object_changed = kopf.on.event(*_resource)(owned_object_changed)
+for _kind in OWNED_KINDS:
+    owned_object_changed = kopf.on.event(*_kind.resource)(owned_object_changed)
 
 
 def _reconcile(kube: KubeClient, namespace: str, name: str):

@@ -23,6 +23,11 @@ class Kind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def resource(self) -> tuple[str, ...]:
+        """The kind as kopf names a resource: (group, version, plural), or (version, plural)."""
+        return (self.group, self.version, self.plural) if self.group else (self.version, self.plural)
+
     def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         path = f"{base}/namespaces/{namespace}/{self.plural}"
@@ -35,6 +40,8 @@ PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 POD = Kind("", "v1", "pods", "Pod")
 INFERENCE_SERVICE = Kind(GROUP, VERSION, PLURAL, KIND)
+# What the operator creates (pods through the Deployment), and so watches.
+OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, SCALED_OBJECT)
 
 
 # (connect, read) seconds: a hung connection must not hold a service's reconcile lock forever.

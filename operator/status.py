@@ -8,9 +8,8 @@ from typing import Any
 
 from argosy.operator.labels import selector_string, service_url
 from argosy.operator.spec import Owner
+from argosy.server.exceptions import CheckpointNotFoundError
 
-# Messages the server prints when it cannot find its checkpoint (see argosy.server.exceptions).
-_MODEL_MISSING_MARKERS = ("checkpoint folder not found", "config.json: file not found", "no *.safetensors")
 # Waiting reasons that will not clear without someone changing something.
 _STUCK_CONTAINER = {"ErrImagePull": "ImagePullFailed", "ImagePullBackOff": "ImagePullFailed",
                     "InvalidImageName": "ImagePullFailed", "CreateContainerConfigError": "ContainerConfigError",
@@ -41,9 +40,9 @@ def diagnose_pods(pods: list[dict[str, Any]]) -> Problem | None:
             if reason in _STUCK_CONTAINER:
                 return Problem(_STUCK_CONTAINER[reason], waiting.get("message") or f"{reason}: {container.get('image')}")
             if reason == "CrashLoopBackOff":
-                last = ((container.get("lastState") or {}).get("terminated") or {}).get("message") or ""
-                line = (last.strip().splitlines() or ["the server keeps exiting"])[-1][:500]
-                missing = any(marker in last for marker in _MODEL_MISSING_MARKERS)
+                last = (container.get("lastState") or {}).get("terminated") or {}
+                line = ((last.get("message") or "").strip().splitlines() or ["the server keeps exiting"])[-1][:500]
+                missing = last.get("exitCode") == CheckpointNotFoundError.exit_code
                 return Problem("ModelPathMissing" if missing else "CrashLoopBackOff", line)
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \

@@ -8,6 +8,8 @@ from pathlib import Path
 class ArgosyError(Exception):
     """Base of every error the engine raises on purpose."""
 
+    exit_code = 1  # of `argosy serve`, when this stops the model from loading
+
 
 class CheckpointError(ArgosyError):
     """A checkpoint folder is missing a file, holds a corrupt one, or cannot be served."""
@@ -15,6 +17,14 @@ class CheckpointError(ArgosyError):
     def __init__(self, path: str | Path, message: str):
         self.path = str(path)
         super().__init__(f"{self.path}: {message}")
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """The checkpoint folder, its config.json or its weights are not there: the model is not
+    on this node. `argosy serve` exits with `exit_code`, which the operator reports as
+    ModelPathMissing."""
+
+    exit_code = 66  # sysexits' EX_NOINPUT: an input file did not exist
 
 
 class UnsupportedModelError(CheckpointError):

@@ -8,9 +8,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 
-from tests.checkpoints import build_checkpoint  # noqa: E402
-
-ARCHS = ("llama", "qwen2", "qwen3")
+from tests.checkpoints import ARCHS, build_checkpoint  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine.llm_engine import LLMEngine
+from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.api")
 
@@ -29,6 +30,7 @@ def load_engine(state: ServerState) -> None:
     except Exception as exc:
         log.exception("model failed to load")
         state.load_error = str(exc)
+        state.exit_code = exc.exit_code if isinstance(exc, ArgosyError) else 1
         return
     metrics = state.metrics
     client: EngineClient

@@ -89,4 +89,4 @@ def serve(args: argparse.Namespace) -> int:
         watcher.cancel()
 
     asyncio.run(main())
-    return 1 if state.load_error is not None else 0
+    return state.exit_code

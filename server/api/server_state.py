@@ -15,6 +15,7 @@ class ServerState:
     metrics: ServerMetrics
     client: EngineClient | None = None  # set once the model is loaded
     load_error: str | None = None
+    exit_code: int = 0  # of `argosy serve`, set when the model fails to load
     draining: bool = False
 
     @property

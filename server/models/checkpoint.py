@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from argosy.server.exceptions import CheckpointError
+from argosy.server.exceptions import CheckpointError, CheckpointNotFoundError
 
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -18,7 +18,7 @@ def find_shards(folder: str | Path) -> list[Path]:
     """The checkpoint's shard files: those the index names, or every *.safetensors file."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise CheckpointError(folder, "checkpoint folder not found")
+        raise CheckpointNotFoundError(folder, "checkpoint folder not found")
     index = folder / INDEX_FILE
     if index.is_file():
         try:
@@ -32,7 +32,7 @@ def find_shards(folder: str | Path) -> list[Path]:
         return shards
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
-        raise CheckpointError(folder, "no *.safetensors weights found")
+        raise CheckpointNotFoundError(folder, "no *.safetensors weights found")
     return shards
 
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from argosy.server.exceptions import CheckpointError, UnsupportedModelError
+from argosy.server.exceptions import CheckpointError, CheckpointNotFoundError, UnsupportedModelError
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ def _token_ids(value: int | list[int] | None) -> tuple[int, ...]:
 def _read_json(path: Path, required: bool = True) -> dict:
     if not path.is_file():
         if required:
-            raise CheckpointError(path, "file not found")
+            raise CheckpointNotFoundError(path, "file not found")
         return {}
     try:
         return json.loads(path.read_text())

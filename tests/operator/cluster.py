@@ -12,6 +12,7 @@ import kopf
 import yaml
 
 from argosy.operator import status
+from argosy.operator.kube import OWNED_KINDS
 from tests.operator.crd_schema import load_crd
 from tests.operator.emulator import ClusterEmulator
 from tests.polling import eventually
@@ -51,12 +52,12 @@ def declare_resources(emulator: ClusterEmulator, keda: bool) -> None:
 @contextlib.asynccontextmanager
 async def running_operator(namespaces=(NS,)):
     """kopf running the operator's handlers, its watches connected."""
-    from argosy.operator import handlers  # registers the handlers
+    import argosy.operator.handlers  # noqa: F401  (registers the handlers)
 
     emulator = _current["emulator"]
     since = len(list(emulator))
     served = {resource.plural for resource in emulator.resources}
-    watching = {"inferenceservices"} | ({resource[-1] for resource in handlers.OWNED} & served)
+    watching = {"inferenceservices"} | ({kind.plural for kind in OWNED_KINDS} & served)
 
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = True

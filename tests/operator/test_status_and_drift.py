@@ -6,6 +6,7 @@ import jsonschema
 from argosy.operator.drift import differences, merge_patch
 from argosy.operator.spec import Owner
 from argosy.operator.status import Problem, compute_status, diagnose_pods
+from argosy.server.exceptions import CheckpointNotFoundError
 from tests.operator.crd_schema import load_crd, openapi_schema, to_jsonschema
 
 OWNER = Owner(name="svc", namespace="llm", uid="u1", generation=4)
@@ -22,10 +23,10 @@ def conditions(status):
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
 
-def pod(conditions=(), waiting=None, last_message=None):
+def pod(conditions=(), waiting=None, last_message=None, exit_code=1):
     container = {"name": "server", "image": "img", "state": {"waiting": waiting} if waiting else {"running": {}}}
     if last_message:
-        container["lastState"] = {"terminated": {"exitCode": 1, "message": last_message}}
+        container["lastState"] = {"terminated": {"exitCode": exit_code, "message": last_message}}
     return {"status": {"conditions": list(conditions), "containerStatuses": [container]}}
 
 
@@ -61,15 +62,17 @@ def test_pod_problems_are_named():
     unschedulable = pod([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                           "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}])
     pull = pod(waiting={"reason": "ImagePullBackOff", "message": "Back-off pulling image \"nope\""})
-    missing = pod(waiting={"reason": "CrashLoopBackOff"},
+    missing = pod(waiting={"reason": "CrashLoopBackOff"}, exit_code=CheckpointNotFoundError.exit_code,
                   last_message="{\"level\": \"error\"}\n/models/llama: checkpoint folder not found\n")
     crash = pod(waiting={"reason": "CrashLoopBackOff"}, last_message="Segmentation fault")
+    # The exit code decides, not the wording: a bad checkpoint that is there is no missing path.
+    corrupt = pod(waiting={"reason": "CrashLoopBackOff"}, last_message="/models/llama: no *.safetensors found")
     assert diagnose_pods([pod(), unschedulable]).reason == "PodsUnschedulable"
     assert "Insufficient nvidia.com/gpu" in diagnose_pods([unschedulable]).message
     assert diagnose_pods([pull]).reason == "ImagePullFailed"
     assert diagnose_pods([missing]).reason == "ModelPathMissing"
     assert diagnose_pods([missing]).message == "/models/llama: checkpoint folder not found"
-    assert diagnose_pods([crash]).reason == "CrashLoopBackOff"
+    assert diagnose_pods([crash]).reason == diagnose_pods([corrupt]).reason == "CrashLoopBackOff"
     assert diagnose_pods([pod()]) is None
     status = compute_status(OWNER, deployment(ready=0), [pull], None, [], NOW)
     assert conditions(status)["Ready"] == ("False", "ImagePullFailed")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import httpx
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 
 from argosy.server.api.app import build_app
 from argosy.server.api.serve_command import DrainingServer
@@ -45,14 +46,11 @@ class RunningServer:
 
     def metric(self, name: str, **labels) -> float:
         """The value of one series from /metrics (0 if absent)."""
-        text = httpx.get(f"{self.url}/metrics").text
         want = {"model_name": self.state.model_name, **labels}
-        for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                series, value = line.rsplit(" ", 1)
-                found = dict(p.split("=", 1) for p in series[len(name) + 1:-1].split(",")) if "{" in series else {}
-                if {k: v.strip('"') for k, v in found.items()} == want:
-                    return float(value)
+        for family in text_string_to_metric_families(httpx.get(f"{self.url}/metrics").text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == want:
+                    return sample.value
         return 0.0
 
     def sigterm(self) -> None:

@@ -1,5 +1,6 @@
-"""SIGTERM: /health turns 503 and new requests are refused at once, requests in flight
-finish (or, past --shutdown-timeout, end with an error event), and `argosy serve` exits 0.
+"""How `argosy serve` stops. SIGTERM: /health turns 503 and new requests are refused at once,
+requests in flight finish (or, past --shutdown-timeout, end with an error event), and the
+process exits 0. A checkpoint that is not there: it exits with the code the operator reads.
 
 The drain's decisions are tested on an in-process server whose engine loop is held, so that
 requests are certainly still in flight when the drain starts; a real process shows the exit."""
@@ -7,12 +8,15 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import threading
 
 import httpx
 
 from tests.polling import wait_until
-from tests.processes import MODEL, serve_process
+from argosy.server.exceptions import CheckpointNotFoundError
+from tests.processes import MODEL, free_port, serve_process
 from tests.server.api.servers import holding_engine, run_server
 
 
@@ -106,3 +110,12 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
         assert events[-1] == "[DONE]"
         finals = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]]
         assert finals[-1] == "length" and not any("error" in e for e in events[:-1])
+
+
+def test_a_missing_checkpoint_exits_with_the_code_the_operator_reads(tmp_path):
+    # What a pod whose node lacks the checkpoint does: exit at once, with EX_NOINPUT.
+    command = [sys.executable, "-m", "argosy", "serve", "--model", str(tmp_path / "absent"), "--port",
+               str(free_port()), "--log-format", "text"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == CheckpointNotFoundError.exit_code
+    assert f"{tmp_path / 'absent' / 'config.json'}: file not found" in result.stderr

@@ -9,7 +9,7 @@ import torch
 
 from argosy import LLM, SamplingParams
 from tests.checkpoints import load_reference, reference_greedy, tiny_llm
-from tests.conftest import ARCHS
+from tests.checkpoints import ARCHS
 
 
 def mixed_requests(count: int, seed: int, vocab: int = 300) -> list[tuple[list[int], int]]:
