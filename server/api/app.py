@@ -1,5 +1,5 @@
-"""The FastAPI application: routes, API-key check, body-size limit, and the background
-loading of the model (so /health can say 503 while it loads)."""
+"""The FastAPI application: routes, and the background loading of the model (so /health can
+say 503 while it loads)."""
 from __future__ import annotations
 
 import logging
@@ -12,8 +12,9 @@ from fastapi.responses import JSONResponse, Response
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
-from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, error_body, install_error_handlers
+from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
+from argosy.server.api.middleware import APIKeyCheck, BodySizeLimit
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
@@ -65,14 +66,8 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
     app.state.argosy = state
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, limit=config.max_request_body_bytes)
-
-    @app.middleware("http")
-    async def api_key(request: Request, call_next):
-        key = config.api_key
-        if key and request.url.path.startswith("/v1") and request.headers.get("authorization") != f"Bearer {key}":
-            return JSONResponse(error_body("invalid or missing API key", "authentication_error",
-                                           code="invalid_api_key"), status_code=401)
-        return await call_next(request)
+    if config.api_key:
+        app.add_middleware(APIKeyCheck, key=config.api_key)
 
     def serving_engine() -> EngineClient:
         if state.draining:
@@ -117,40 +112,3 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
         return await create_chat_completion(body, request, state, client)
 
     return app
-
-
-class BodySizeLimit:
-    """Answers 413 to a body larger than `limit` bytes, whether announced or streamed. A
-    streamed body that overflows is answered here, and the app sees a disconnect."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._reject(send)
-        received, rejected = 0, False
-
-        async def limited_receive():
-            nonlocal received, rejected
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.limit and not rejected:
-                rejected = True
-                await self._reject(send)
-                return {"type": "http.disconnect"}
-            return message
-
-        async def guarded_send(message):
-            if not rejected:
-                await send(message)
-
-        await self.app(scope, limited_receive, guarded_send)
-
-    async def _reject(self, send) -> None:
-        response = JSONResponse(error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error",
-                                           code="request_too_large"), status_code=413)
-        await response({"type": "http"}, None, send)

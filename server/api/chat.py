@@ -6,8 +6,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.protocol import ChatCompletionRequest
-from argosy.server.api.generation import (DISCONNECTED, Delta, client_closed, Generation, cancel_on_disconnect, check_model, engine_request_id,
-                                       new_request_id, stream_events, top_k, usage)
+from argosy.server.api.generation import cancel_on_disconnect, check_model, client_closed, DISCONNECTED, engine_request_id, Generation, new_request_id
+from argosy.server.api.streaming import Delta, stream_events, top_k, usage
 from argosy.server.api.server_state import ServerState
 from argosy.server.outputs import Logprob
 

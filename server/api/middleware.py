@@ -1,0 +1,59 @@
+"""ASGI middleware in front of every route: the API key on /v1/*, and the body-size limit."""
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+from argosy.server.api.error_responses import error_body
+
+
+class APIKeyCheck:
+    """Answers 401 to a /v1/* request without `Authorization: Bearer <key>`; /health, /live
+    and /metrics stay open for probes and scrapers."""
+
+    def __init__(self, app, key: str):
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith("/v1") \
+                and dict(scope.get("headers") or []).get(b"authorization") != self.expected:
+            response = JSONResponse(error_body("invalid or missing API key", "authentication_error",
+                                               code="invalid_api_key"), status_code=401)
+            return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+class BodySizeLimit:
+    """Answers 413 to a body larger than `limit` bytes, whether announced or streamed. A
+    streamed body that overflows is answered here, and the app sees a disconnect."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await self._reject(send)
+        received, rejected = 0, False
+
+        async def limited_receive():
+            nonlocal received, rejected
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit and not rejected:
+                rejected = True
+                await self._reject(send)
+                return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message):
+            if not rejected:
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
+
+    async def _reject(self, send) -> None:
+        response = JSONResponse(error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error",
+                                           code="request_too_large"), status_code=413)
+        await response({"type": "http"}, None, send)

@@ -1,0 +1,90 @@
+"""From cumulative outputs to what a client reads: per-choice deltas (text, tokens, logprobs
+and their text offsets), usage, and the server-sent events of a streamed call."""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from argosy.server.api.error_responses import sse_error
+from argosy.server.api.generation import Generation
+from argosy.server.outputs import CompletionOutput, Logprob, RequestOutput
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+@dataclass
+class Delta:
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, Logprob]] | None
+    finish_reason: str | None
+    stop_reason: int | str | None
+    offset: int = 0  # text_offset of this delta's first token (legacy completions logprobs)
+
+
+def token_chars(token_id: int, entry: dict[int, Logprob]) -> int:
+    """Characters a token adds to the text offsets; a partial character (bytes:...) adds none."""
+    text = entry[token_id].decoded_token or ""
+    return 0 if text.startswith("bytes:") else len(text)
+
+
+@dataclass
+class DeltaTracker:
+    """Remembers how much of each choice was already sent:
+    (characters, tokens, text offset of the next token, finished)."""
+
+    sent: dict[int, tuple[int, int, int, bool]] = field(default_factory=dict)
+
+    def delta(self, index: int, choice: CompletionOutput, prefix: str = "") -> Delta | None:
+        text_len, tokens, offset, finished = self.sent.get(index, (0, 0, len(prefix), False))
+        text = prefix + choice.text
+        if finished or (index in self.sent and len(text) == text_len and len(choice.token_ids) == tokens
+                        and not choice.finish_reason):
+            return None
+        logprobs = choice.logprobs[tokens:] if choice.logprobs is not None else None
+        new_ids = choice.token_ids[tokens:]
+        end = offset + sum(token_chars(t, e) for t, e in zip(new_ids, logprobs or []))
+        self.sent[index] = (len(text), len(choice.token_ids), end, choice.finish_reason is not None)
+        return Delta(text[text_len:], new_ids, logprobs, choice.finish_reason, choice.stop_reason, offset)
+
+
+def top_k(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
+    """The k most likely (token id, logprob) of one logprobs entry, best first."""
+    return sorted(((t, lp) for t, lp in entry.items() if lp.rank is not None and lp.rank <= k),
+                  key=lambda item: item[1].rank)
+
+
+def usage(outputs: list[RequestOutput]) -> dict[str, int]:
+    prompt = sum(len(o.prompt_token_ids) for o in outputs)
+    completion = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def stream_events(gen: Generation, n: int, chunk: Callable[[int, Delta], dict],
+                        usage_chunk: Callable[[dict], dict] | None, preamble: list[dict] = (),
+                        prefix: Callable[[int], str] = lambda prompt_index: "") -> AsyncIterator[str]:
+    """The SSE body of a streamed call: one chunk per choice per step with something new,
+    then usage if asked for, then [DONE]. An error mid-stream becomes an error event."""
+    tracker = DeltaTracker()
+    try:
+        for payload in preamble:
+            yield sse(payload)
+        async for prompt_index, output in gen.outputs():
+            for choice in output.outputs:
+                index = prompt_index * n + choice.index
+                delta = tracker.delta(index, choice, prefix(prompt_index))
+                if delta is not None:
+                    yield sse(chunk(index, delta))
+        if usage_chunk is not None:
+            yield sse(usage_chunk(usage([gen.latest[i] for i in range(len(gen.requests))])))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        yield sse_error(exc)
+    yield SSE_DONE
