@@ -3,13 +3,14 @@ that runs fleets of it.
 
 The public names are imported on first use, so that `argosy operator` and the CLI's start-up
 never load torch."""
+
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "__version__"]
+__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "__version__"]
 
 _EXPORTS = {
     "LLM": "argosy.server.llm",

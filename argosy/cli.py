@@ -1,6 +1,7 @@
 """The `argosy` command: `argosy serve`, `argosy operator`, `argosy generate`.
 
 Only the chosen verb's module is imported, so that `argosy operator` never loads torch."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,12 @@ import sys
 VERBS = {
     "serve": ("run the OpenAI-compatible HTTP server", "argosy.server.api.serve_command", "add_serve_args", "serve"),
     "operator": ("run the Kubernetes operator", "argosy.operator.main", "add_operator_args", "run"),
-    "generate": ("complete one prompt offline and print the text", "argosy.server.generate_command",
-                 "add_generate_args", "generate"),
+    "generate": (
+        "complete one prompt offline and print the text",
+        "argosy.server.generate_command",
+        "add_generate_args",
+        "generate",
+    ),
 }
 
 

@@ -3,6 +3,7 @@
 A field declared with `setting(default, help)` becomes the flag `--field-name`: its type, its
 default and its choices (a `Literal`) come from the field; booleans get `--x/--no-x`.
 `config_from_args` builds the dataclass back from the parsed arguments."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,9 @@ Config = TypeVar("Config")
 _HELP = "help"
 
 
-def setting(default: Any, help: str, *, env: str | None = None, positional: bool = False,
-            short: str | None = None) -> Any:
+def setting(
+    default: Any, help: str, *, env: str | None = None, positional: bool = False, short: str | None = None
+) -> Any:
     """A dataclass field that is also a command-line flag. `env` names a variable that
     overrides the default on the command line; `short` adds an alias such as "-n"."""
     factory = list if default == [] else None

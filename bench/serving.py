@@ -5,10 +5,12 @@ of streamed chat requests at several concurrency levels, measured by a client on
 
 Starts `argosy serve` on the embedded default model (or uses --url), then for each
 concurrency level keeps that many clients busy, each sending requests back to back."""
+
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import socket
 import statistics
@@ -18,14 +20,29 @@ import time
 
 import httpx
 
-QUESTIONS = ["What is the capital of France?", "Explain photosynthesis briefly.", "Write a haiku about rain.",
-             "Why is the sky blue?", "What is a prime number?", "Name three metals.", "Who wrote Hamlet?",
-             "What causes tides?"]
+QUESTIONS = [
+    "What is the capital of France?",
+    "Explain photosynthesis briefly.",
+    "Write a haiku about rain.",
+    "Why is the sky blue?",
+    "What is a prime number?",
+    "Name three metals.",
+    "Who wrote Hamlet?",
+    "What causes tides?",
+]
 
 
-async def one_request(client: httpx.AsyncClient, model: str, question: str, max_tokens: int) -> tuple[float, list[float]]:
-    body = {"model": model, "messages": [{"role": "user", "content": question}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "ignore_eos": True}
+async def one_request(
+    client: httpx.AsyncClient, model: str, question: str, max_tokens: int
+) -> tuple[float, list[float]]:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
     start = time.perf_counter()
     token_times = []
     async with client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -36,7 +53,7 @@ async def one_request(client: httpx.AsyncClient, model: str, question: str, max_
                 if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                     token_times.append(time.perf_counter())
     ttft = token_times[0] - start
-    return ttft, [b - a for a, b in zip(token_times, token_times[1:])]
+    return ttft, [b - a for a, b in itertools.pairwise(token_times)]
 
 
 async def run_level(url: str, model: str, concurrency: int, per_client: int, max_tokens: int) -> dict:
@@ -60,8 +77,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 def start_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "argosy", "serve", "--port", str(port), "--log-format", "text"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--log-format", "text"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -98,8 +118,10 @@ def main() -> None:
         for c in args.concurrency:
             r = asyncio.run(run_level(url, model, c, args.requests_per_client, args.max_tokens))
             tokens = r["requests"] * args.max_tokens
-            print(f"| {c} | {r['requests']} | {pct(r['ttft'], 50) * 1e3:.0f} | {pct(r['ttft'], 99) * 1e3:.0f} | "
-                  f"{pct(r['itl'], 50) * 1e3:.1f} | {pct(r['itl'], 99) * 1e3:.1f} | {tokens / r['elapsed']:.1f} |")
+            print(
+                f"| {c} | {r['requests']} | {pct(r['ttft'], 50) * 1e3:.0f} | {pct(r['ttft'], 99) * 1e3:.0f} | "
+                f"{pct(r['itl'], 50) * 1e3:.1f} | {pct(r['itl'], 99) * 1e3:.1f} | {tokens / r['elapsed']:.1f} |"
+            )
     finally:
         if proc is not None:
             proc.terminate()

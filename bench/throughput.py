@@ -5,6 +5,7 @@ request stops at its natural end of sequence (at most 2 x --max-tokens).
 
     python bench/throughput.py [--num-requests 32] [--max-tokens 128] [--model PATH]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,12 +14,21 @@ import time
 import torch
 
 QUESTIONS = [
-    "What is the capital of France?", "Explain photosynthesis in one paragraph.",
-    "Write a haiku about the sea.", "How do vaccines work?", "List three uses of copper.",
-    "Why is the sky blue?", "Describe a cat to someone who has never seen one.",
-    "What is a prime number?", "Give me a recipe for pancakes.", "Who wrote Hamlet?",
-    "What causes earthquakes?", "Summarise the plot of Cinderella.",
-    "How does a bicycle stay upright?", "What is machine learning?", "Tell me a joke about computers.",
+    "What is the capital of France?",
+    "Explain photosynthesis in one paragraph.",
+    "Write a haiku about the sea.",
+    "How do vaccines work?",
+    "List three uses of copper.",
+    "Why is the sky blue?",
+    "Describe a cat to someone who has never seen one.",
+    "What is a prime number?",
+    "Give me a recipe for pancakes.",
+    "Who wrote Hamlet?",
+    "What causes earthquakes?",
+    "Summarise the plot of Cinderella.",
+    "How does a bicycle stay upright?",
+    "What is machine learning?",
+    "Tell me a joke about computers.",
     "How many planets are in the solar system?",
 ]
 
@@ -48,8 +58,14 @@ def run_hf(model, batch: list[list[int]], max_tokens: int, ignore_eos: bool) -> 
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_tokens,
-                             min_new_tokens=max_tokens if ignore_eos else 0, pad_token_id=pad)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=max_tokens,
+            min_new_tokens=max_tokens if ignore_eos else 0,
+            pad_token_id=pad,
+        )
     seconds = time.perf_counter() - start
     eos = model.generation_config.eos_token_id
     tokens = 0
@@ -74,19 +90,25 @@ def main() -> None:
     hf = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(args.model)), dtype=llm.engine.dtype).eval()
     batch = prompts(llm.get_tokenizer(), args.num_requests)
     run_argosy(llm, batch[:2], 4, True)  # warm-up
-    print(f"\n{args.num_requests} requests, dtype {llm.engine.dtype}, {torch.get_num_threads()} threads, "
-          f"prompts {min(map(len, batch))}-{max(map(len, batch))} tokens, greedy")
+    print(
+        f"\n{args.num_requests} requests, dtype {llm.engine.dtype}, {torch.get_num_threads()} threads, "
+        f"prompts {min(map(len, batch))}-{max(map(len, batch))} tokens, greedy"
+    )
     print(f"| {'scenario':34} | {'system':26} | {'seconds':>7} | {'tokens':>6} | {'tokens/s':>8} | {'vs HF':>6} |")
     print(f"|{'-' * 36}|{'-' * 28}|{'-' * 8}:|{'-' * 7}:|{'-' * 9}:|{'-' * 7}:|")
-    scenarios = [(f"exactly {args.max_tokens} tokens each", args.max_tokens, True),
-                 (f"natural length, at most {2 * args.max_tokens}", 2 * args.max_tokens, False)]
+    scenarios = [
+        (f"exactly {args.max_tokens} tokens each", args.max_tokens, True),
+        (f"natural length, at most {2 * args.max_tokens}", 2 * args.max_tokens, False),
+    ]
     for title, max_tokens, ignore_eos in scenarios:
         ours = run_argosy(llm, batch, max_tokens, ignore_eos)
         theirs = run_hf(hf, batch, max_tokens, ignore_eos)
         for name, (seconds, tokens) in (("argosy engine", ours), ("HF generate, padded batch", theirs)):
             ratio = (tokens / seconds) / (theirs[1] / theirs[0])
-            print(f"| {title:34} | {name:26} | {seconds:7.2f} | {tokens:6d} | {tokens / seconds:8.1f} | "
-                  f"{ratio:5.2f}x |")
+            print(
+                f"| {title:34} | {name:26} | {seconds:7.2f} | {tokens:6d} | {tokens / seconds:8.1f} | {ratio:5.2f}x |"
+            )
+
 
 if __name__ == "__main__":
     main()

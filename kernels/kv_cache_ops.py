@@ -1,11 +1,13 @@
 """Writing into and copying within the paged KV cache."""
+
 from __future__ import annotations
 
 import torch
 
 
-def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+def write_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
     """k, v: [tokens, kv_heads, head_dim] go to the flat cache slots in slot_mapping."""
     k_cache.flatten(0, 1).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
     v_cache.flatten(0, 1).index_copy_(0, slot_mapping, v.to(v_cache.dtype))

@@ -9,6 +9,7 @@ slots of every key they may see. Decodes are tiles of one query; a prefill chunk
 into tiles of up to 64. Tiles of a kind are batched into one matmul, so there is no Python
 loop over sequences or layers; the tile plan is built once per step and reused by every layer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,21 +39,33 @@ class AttentionMetadata:
     tiles: list[AttentionTiles]
 
 
-def build_metadata(slot_mapping: torch.Tensor, query_start_loc: torch.Tensor, seq_lens: torch.Tensor,
-                   block_tables: torch.Tensor, block_size: int) -> AttentionMetadata:
+def build_metadata(
+    slot_mapping: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    block_size: int,
+) -> AttentionMetadata:
     q_lens = query_start_loc[1:] - query_start_loc[:-1]
     tiles = []
     for decode in (True, False):  # tiles of one query for decodes, of up to PREFILL_TILE for prefills
         idx = (q_lens == 1 if decode else q_lens > 1).nonzero().flatten()
         if idx.numel():
             tile_size = 1 if decode else min(PREFILL_TILE, _next_pow2(int(q_lens[idx].max())))
-            tiles.append(_plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx],
-                                     block_tables[idx], block_size, tile_size))
+            tiles.append(
+                _plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx], block_tables[idx], block_size, tile_size)
+            )
     return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles)
 
 
-def _plan_tiles(q_start: torch.Tensor, q_lens: torch.Tensor, seq_lens: torch.Tensor,
-                block_tables: torch.Tensor, block_size: int, tile_size: int) -> AttentionTiles:
+def _plan_tiles(
+    q_start: torch.Tensor,
+    q_lens: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    block_size: int,
+    tile_size: int,
+) -> AttentionTiles:
     device = q_start.device
     n_tiles = (q_lens + tile_size - 1) // tile_size
     tile_seq = torch.repeat_interleave(torch.arange(len(q_lens), device=device), n_tiles)
@@ -74,8 +87,9 @@ def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
     """q: [tokens, heads, head_dim]; caches: [blocks, block_size, kv_heads, head_dim].
     Returns [tokens, heads * head_dim]. The new tokens' K/V must already be in the cache."""
     num_tokens, num_heads, head_dim = q.shape
@@ -88,8 +102,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return out
 
 
-def _attend_tiles(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor,
-                  tiles: AttentionTiles, scale: float) -> torch.Tensor:
+def _attend_tiles(
+    q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor, tiles: AttentionTiles, scale: float
+) -> torch.Tensor:
     n, tile_size = tiles.q_index.shape
     n_keys = tiles.kv_slots.shape[1]
     _, num_heads, head_dim = q.shape
@@ -110,6 +125,7 @@ def _attend_tiles(q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor,
     else:
         mask = tiles.mask[:, None, None].expand(n, 1, group, tile_size, n_keys)
         o = torch.nn.functional.scaled_dot_product_attention(
-            qt, k, v, attn_mask=mask.reshape(n, 1, group * tile_size, n_keys), scale=scale)
+            qt, k, v, attn_mask=mask.reshape(n, 1, group * tile_size, n_keys), scale=scale
+        )
     o = o.view(n, kv_heads, group, tile_size, head_dim).permute(0, 3, 1, 2, 4)
     return o.reshape(n * tile_size, num_heads * head_dim)

@@ -7,6 +7,7 @@ map, `dict[str, Any]` an object kept as it is; Field bounds, patterns, descripti
 defaults carry over, and `json_schema_extra` adds what pydantic cannot say (CEL rules). An
 object field gets the default {} when the object has defaults of its own, so that the API
 server fills them in."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,23 +28,44 @@ from argosy.operator.spec import GROUP, PLURAL, VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = [ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml", ROOT / "charts" / "argosy" / "crds" / f"{PLURAL}.{GROUP}.yaml"]
-HEADER = ("# The InferenceService CustomResourceDefinition. Generated from argosy/operator/spec.py and\n"
-          "# resource.py by `python -m argosy.operator.crd`: edit the models, not this file.\n")
-_CONSTRAINTS = {annotated_types.Ge: ("minimum", "ge"), annotated_types.Le: ("maximum", "le"),
-                annotated_types.MinLen: ("minLength", "min_length"), annotated_types.MaxLen: ("maxLength", "max_length")}
+HEADER = (
+    "# The InferenceService CustomResourceDefinition. Generated from argosy/operator/spec.py and\n"
+    "# resource.py by `python -m argosy.operator.crd`: edit the models, not this file.\n"
+)
+_CONSTRAINTS = {
+    annotated_types.Ge: ("minimum", "ge"),
+    annotated_types.Le: ("maximum", "le"),
+    annotated_types.MinLen: ("minLength", "min_length"),
+    annotated_types.MaxLen: ("maxLength", "max_length"),
+}
 _SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
 def build_crd() -> dict[str, Any]:
     schema = model_schema(InferenceService)
-    schema["properties"] = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                            "metadata": {"type": "object"}, **schema["properties"]}
-    version = {"name": VERSION, "served": True, "storage": True, "subresources": SUBRESOURCES,
-               "additionalPrinterColumns": PRINTER_COLUMNS, "schema": {"openAPIV3Schema": schema}}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{PLURAL}.{GROUP}",
-                         "labels": {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/part-of": "argosy"}},
-            "spec": {"group": GROUP, "scope": "Namespaced", "names": NAMES, "versions": [version]}}
+    schema["properties"] = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        **schema["properties"],
+    }
+    version = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": SUBRESOURCES,
+        "additionalPrinterColumns": PRINTER_COLUMNS,
+        "schema": {"openAPIV3Schema": schema},
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/part-of": "argosy"},
+        },
+        "spec": {"group": GROUP, "scope": "Namespaced", "names": NAMES, "versions": [version]},
+    }
 
 
 def render() -> str:
@@ -115,14 +137,26 @@ def _constraints(field: FieldInfo) -> dict[str, Any]:
 def _default(field: FieldInfo) -> Any:
     if field.default_factory is not None:
         made = field.default_factory()
-        has_defaults = isinstance(made, BaseModel) and any(not f.is_required() and _default(f) is not None
-                                                           for f in type(made).model_fields.values())
+        has_defaults = isinstance(made, BaseModel) and any(
+            not f.is_required() and _default(f) is not None for f in type(made).model_fields.values()
+        )
         return {} if has_defaults else None
     return None if field.default is PydanticUndefined else field.default
 
 
-_ORDER = ("type", "x-kubernetes-int-or-string", "description", "enum", "minimum", "maximum", "minLength",
-          "maxLength", "pattern", "format", "default")
+_ORDER = (
+    "type",
+    "x-kubernetes-int-or-string",
+    "description",
+    "enum",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "default",
+)
 
 
 def _ordered(schema: dict[str, Any]) -> dict[str, Any]:

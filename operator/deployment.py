@@ -1,4 +1,5 @@
 """InferenceService -> the Deployment of `argosy serve` pods."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,19 @@ PROGRESS_MARGIN_SECONDS = 600
 
 def server_args(spec: InferenceServiceSpec) -> list[str]:
     """The `argosy serve` command line for this spec: every engine setting that has a flag."""
-    args = ["serve", "--model", f"{MODEL_MOUNT}/{spec.model.path}", "--served-model-name", spec.model.name,
-            "--host", "0.0.0.0", "--port", str(SERVER_PORT), "--log-format", "json"]
+    args = [
+        "serve",
+        "--model",
+        f"{MODEL_MOUNT}/{spec.model.path}",
+        "--served-model-name",
+        spec.model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(SERVER_PORT),
+        "--log-format",
+        "json",
+    ]
     for name, field in EngineSpec.model_fields.items():
         flag = next((m.flag for m in field.metadata if isinstance(m, ServeFlag)), None)
         value = getattr(spec.engine, name)
@@ -35,12 +47,16 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(owner)},
         "revisionHistoryLimit": 3,
-        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": spec.rollout.maxSurge,
-                                                                "maxUnavailable": spec.rollout.maxUnavailable}},
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": spec.rollout.maxSurge, "maxUnavailable": spec.rollout.maxUnavailable},
+        },
         # A rollout may take as long as a model load; only then is it reported as stuck.
         "progressDeadlineSeconds": spec.startupTimeoutSeconds + PROGRESS_MARGIN_SECONDS,
-        "template": {"metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
-                     "spec": _pod_spec(spec)},
+        "template": {
+            "metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
+            "spec": _pod_spec(spec),
+        },
     }
     if spec.autoscaling is None:  # with autoscaling, the replica count belongs to KEDA's HPA
         deployment_spec["replicas"] = spec.replicas
@@ -48,33 +64,52 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]
 
 
 def _pod_annotations(spec: InferenceServiceSpec) -> dict[str, str]:
-    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(SERVER_PORT),
-            "prometheus.io/path": "/metrics", **spec.podAnnotations}
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(SERVER_PORT),
+        "prometheus.io/path": "/metrics",
+        **spec.podAnnotations,
+    }
 
 
 def _pod_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [_container(spec)],
-        "volumes": [_model_volume(spec),
-                    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shmSize}},
-                    {"name": "tmp", "emptyDir": {}}],
+        "volumes": [
+            _model_volume(spec),
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shmSize}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
         # The server drains for up to shutdownTimeoutSeconds after the preStop pause.
         "terminationGracePeriodSeconds": spec.engine.shutdownTimeoutSeconds + PRE_STOP_SLEEP_SECONDS + 15,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
-                            "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "enableServiceLinks": False,
     }
     node_selector = {**spec.model.nodeSelector, **spec.nodeSelector}
-    optional = {"nodeSelector": node_selector, "tolerations": _dump(spec.tolerations), "affinity": spec.affinity,
-                "imagePullSecrets": _dump(spec.imagePullSecrets), "serviceAccountName": spec.serviceAccountName,
-                "priorityClassName": spec.priorityClassName}
+    optional = {
+        "nodeSelector": node_selector,
+        "tolerations": _dump(spec.tolerations),
+        "affinity": spec.affinity,
+        "imagePullSecrets": _dump(spec.imagePullSecrets),
+        "serviceAccountName": spec.serviceAccountName,
+        "priorityClassName": spec.priorityClassName,
+    }
     pod.update({k: v for k, v in optional.items() if v})
     return pod
 
 
 def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
-    env = [{"name": "HOME", "value": "/tmp"}, {"name": "ARGOSY_CACHE", "value": "/tmp/argosy"},
-           {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env = [
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "ARGOSY_CACHE", "value": "/tmp/argosy"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
     if spec.engine.apiKeySecretRef is not None:
         ref = spec.engine.apiKeySecretRef
         env.append({"name": "ARGOSY_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -87,18 +122,32 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
         "args": server_args(spec),
         "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
         "env": env,
-        "volumeMounts": [{"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
-                         {"name": "shm", "mountPath": "/dev/shm"},
-                         {"name": "tmp", "mountPath": "/tmp"}],
-        "startupProbe": {**health, "periodSeconds": STARTUP_PERIOD_SECONDS, "timeoutSeconds": 5,
-                         "failureThreshold": math.ceil(spec.startupTimeoutSeconds / STARTUP_PERIOD_SECONDS)},
+        "volumeMounts": [
+            {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        "startupProbe": {
+            **health,
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": 5,
+            "failureThreshold": math.ceil(spec.startupTimeoutSeconds / STARTUP_PERIOD_SECONDS),
+        },
         "readinessProbe": {**health, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
         # Liveness asks only whether the process answers: /health is 503 while draining.
-        "livenessProbe": {"httpGet": {"path": "/live", "port": "http"}, "periodSeconds": 10,
-                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "livenessProbe": {
+            "httpGet": {"path": "/live", "port": "http"},
+            "periodSeconds": 10,
+            "timeoutSeconds": 5,
+            "failureThreshold": 6,
+        },
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_SECONDS)]}}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     resources = spec.resources.model_dump(exclude_defaults=True)
@@ -114,8 +163,10 @@ def _dump(items: list[BaseModel]) -> list[dict[str, Any]]:
 
 def _model_volume(spec: InferenceServiceSpec) -> dict[str, Any]:
     if spec.model.persistentVolumeClaim is not None:
-        return {"name": "model", "persistentVolumeClaim": {"claimName": spec.model.persistentVolumeClaim.claimName,
-                                                           "readOnly": True}}
+        return {
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": spec.model.persistentVolumeClaim.claimName, "readOnly": True},
+        }
     # type Directory: a node without the NVMe folder fails the mount visibly instead of
     # silently creating an empty folder.
     return {"name": "model", "hostPath": {"path": spec.model.hostPath, "type": "Directory"}}

@@ -10,6 +10,7 @@ compare by value ("1" and 1, "1Gi" and "1024Mi").
 A field we set once and no longer set must go: the last manifest we applied is kept on the
 object (kubectl does the same) and the patch sets such fields to null. The replica count is
 the exception: when autoscaling takes it over, it stays as it is."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ KEPT_WHEN_DROPPED = frozenset({"/spec/replicas"})
 def with_last_applied(desired: dict[str, Any]) -> dict[str, Any]:
     """The manifest carrying a copy of itself as an annotation."""
     meta = desired["metadata"]
-    annotations = {**meta.get("annotations", {}), LAST_APPLIED: json.dumps(desired, sort_keys=True,
-                                                                           separators=(",", ":"))}
+    annotations = {
+        **meta.get("annotations", {}),
+        LAST_APPLIED: json.dumps(desired, sort_keys=True, separators=(",", ":")),
+    }
     return {**desired, "metadata": {**meta, "annotations": annotations}}
 
 
@@ -65,11 +68,12 @@ def merge_patch(desired: Any, live: Any, previous: Any = None, path: str = "") -
         return desired
     live = live if isinstance(live, dict) else {}
     previous = previous if isinstance(previous, dict) else {}
-    patch = {key: merge_patch(value, live.get(key), previous.get(key), f"{path}/{key}")
-             for key, value in desired.items()}
+    patch = {
+        key: merge_patch(value, live.get(key), previous.get(key), f"{path}/{key}") for key, value in desired.items()
+    }
     dropped = [key for key in previous if key not in desired and f"{path}/{key}" not in KEPT_WHEN_DROPPED]
     extra = [key for key in live if key not in desired] if _exact(path) else []
-    patch.update({key: None for key in [*dropped, *extra]})
+    patch.update(dict.fromkeys([*dropped, *extra]))
     return patch
 
 

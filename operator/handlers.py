@@ -1,5 +1,6 @@
 """kopf handlers. Each is short: find the InferenceService, reconcile it, record the status,
 post an Event when something changed. The decisions live in reconcile.py and the builders."""
+
 from __future__ import annotations
 
 import logging
@@ -28,7 +29,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         settings.watching.label_selectors[kind.resource] = MANAGED_SELECTOR
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="argosy.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="argosy.dev", key="last-handled-configuration")
+        prefix="argosy.dev", key="last-handled-configuration"
+    )
     memo.kube = KubeClient.from_environment()
 
 
@@ -38,7 +40,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
     problem = _reconcile(memo.kube, namespace, name)
     if problem is not None and problem.retryable:
-        raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2 ** retry))
+        raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2**retry))
 
 
 def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -70,6 +72,10 @@ def _reconcile(kube: KubeClient, namespace: str, name: str):
     was, now = ready_condition(before) or {}, ready_condition(result.status) or {}
     if (was.get("status"), was.get("reason")) != (now.get("status"), now.get("reason")):
         healthy = now.get("status") == "True" or now.get("reason") == "Progressing"
-        kopf.event(body, type="Normal" if healthy else "Warning", reason=now.get("reason", "Unknown"),
-                   message=now.get("message", ""))
+        kopf.event(
+            body,
+            type="Normal" if healthy else "Warning",
+            reason=now.get("reason", "Unknown"),
+            message=now.get("message", ""),
+        )
     return result.problem

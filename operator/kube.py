@@ -1,5 +1,6 @@
 """KubeClient: the few Kubernetes API calls the operator makes, for any kind, through the
 official client. The verbs used here are exactly those in `argosy.operator.rbac.RULES`."""
+
 from __future__ import annotations
 
 import os
@@ -85,10 +86,12 @@ class KubeClient:
                 raise KindNotInstalled(f"{kind.plural}.{kind.group or 'core'}/{kind.version}") from exc
             raise
 
-    def patch(self, kind: Kind, namespace: str, name: str, body: dict[str, Any],
-              subresource: str | None = None) -> dict[str, Any]:
-        return self._call("PATCH", kind.path(namespace, name, subresource), body=body,
-                          content_type="application/merge-patch+json")
+    def patch(
+        self, kind: Kind, namespace: str, name: str, body: dict[str, Any], subresource: str | None = None
+    ) -> dict[str, Any]:
+        return self._call(
+            "PATCH", kind.path(namespace, name, subresource), body=body, content_type="application/merge-patch+json"
+        )
 
     def delete(self, kind: Kind, namespace: str, name: str) -> None:
         try:
@@ -97,11 +100,22 @@ class KubeClient:
             if exc.status != 404:
                 raise
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> Any:
-        request = self.api.param_serialize(method, path, query_params=query or [], body=body,
-                                           header_params={"Accept": "application/json", "Content-Type": content_type},
-                                           auth_settings=["BearerToken"])
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        request = self.api.param_serialize(
+            method,
+            path,
+            query_params=query or [],
+            body=body,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"],
+        )
         response = self.api.call_api(*request, _request_timeout=REQUEST_TIMEOUT)
         response.read()
         # Raises ApiException (with .status) for anything but 2xx.

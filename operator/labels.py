@@ -1,4 +1,5 @@
 """Names, labels, selectors and owner references shared by every object the operator builds."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,13 +25,23 @@ def selector_string(owner: Owner) -> str:
 
 
 def owner_reference(owner: Owner) -> dict[str, Any]:
-    return {"apiVersion": INFERENCE_SERVICE.api_version, "kind": INFERENCE_SERVICE.kind, "name": owner.name,
-            "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": INFERENCE_SERVICE.api_version,
+        "kind": INFERENCE_SERVICE.kind,
+        "name": owner.name,
+        "uid": owner.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def metadata(owner: Owner) -> dict[str, Any]:
-    return {"name": owner.name, "namespace": owner.namespace, "labels": labels(owner),
-            "ownerReferences": [owner_reference(owner)]}
+    return {
+        "name": owner.name,
+        "namespace": owner.namespace,
+        "labels": labels(owner),
+        "ownerReferences": [owner_reference(owner)],
+    }
 
 
 def service_url(owner: Owner) -> str:

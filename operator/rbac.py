@@ -1,5 +1,6 @@
 """The operator's API permissions: one table that the Helm chart's RBAC and its tests use,
 and that matches the calls in kube.py and handlers.py."""
+
 from __future__ import annotations
 
 # (apiGroup, resources, verbs)

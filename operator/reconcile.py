@@ -1,6 +1,7 @@
 """One reconciliation of an InferenceService: build the desired objects, create what is
 missing, put back what drifted, leave alone what is right, and compute the status. The
 decisions are the pure builders'; this module only carries them to the API."""
+
 from __future__ import annotations
 
 import datetime
@@ -28,8 +29,11 @@ class ReconcileResult:
 
 
 def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind, dict[str, Any]]]:
-    objects = [(DEPLOYMENT, build_deployment(owner, spec)), (SERVICE, build_service(owner)),
-               (PDB, build_pdb(owner, spec))]
+    objects = [
+        (DEPLOYMENT, build_deployment(owner, spec)),
+        (SERVICE, build_service(owner)),
+        (PDB, build_pdb(owner, spec)),
+    ]
     if spec.autoscaling is not None:
         objects.append((SCALED_OBJECT, build_scaled_object(owner, spec.autoscaling)))
     return objects
@@ -54,12 +58,15 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
         except NotOwned as exc:
             problem = problem or Problem("ResourceConflict", str(exc), retryable=True)
         except KindNotInstalled:
-            problem = problem or Problem("KEDANotInstalled", "autoscaling needs KEDA: the ScaledObject kind "
-                                                             "(keda.sh/v1alpha1) is not served by this cluster",
-                                         retryable=True)
+            problem = problem or Problem(
+                "KEDANotInstalled",
+                "autoscaling needs KEDA: the ScaledObject kind (keda.sh/v1alpha1) is not served by this cluster",
+                retryable=True,
+            )
         except ApiException as exc:
-            problem = problem or Problem("APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}",
-                                         retryable=True)
+            problem = problem or Problem(
+                "APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}", retryable=True
+            )
         else:
             if change:
                 changes.append(f"{change} {kind.kind} {owner.name}")
@@ -67,8 +74,9 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
                 deployment = live
     pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
     min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
-    return ReconcileResult(compute_status(owner, deployment, pods, problem, previous, _now(), min_ready), problem,
-                           changes)
+    return ReconcileResult(
+        compute_status(owner, deployment, pods, problem, previous, _now(), min_ready), problem, changes
+    )
 
 
 class NotOwned(Exception):
@@ -89,8 +97,10 @@ def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -
                 raise
             live = kube.get(kind, meta["namespace"], meta["name"])  # created meanwhile: check it instead
     if live is None or not _owned(live, owner):
-        raise NotOwned(f"{kind.kind} {meta['namespace']}/{meta['name']} exists and is not owned by "
-                       f"InferenceService {owner.name}; delete or rename it")
+        raise NotOwned(
+            f"{kind.kind} {meta['namespace']}/{meta['name']} exists and is not owned by "
+            f"InferenceService {owner.name}; delete or rename it"
+        )
     if differences(desired, live):
         patch = merge_patch(desired, live, last_applied(live))
         return "updated", kube.patch(kind, meta["namespace"], meta["name"], patch)

@@ -1,9 +1,10 @@
 """The InferenceService resource as a whole: its status as typed models, and what the CRD
 says about the kind beyond its schema (names, printer columns, subresources), the markers
 Kubebuilder would put on the root type."""
+
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,40 +23,58 @@ class Condition(BaseModel):
     status: Literal["True", "False", "Unknown"] = Field(description="Whether the condition holds.")
     reason: str | None = Field(None, description="Why, in CamelCase.")
     message: str | None = Field(None, description="Why, for people.")
-    observedGeneration: int | None = Field(None, json_schema_extra={"format": "int64"},
-                                           description="The spec generation the condition describes.")
-    lastTransitionTime: str | None = Field(None, json_schema_extra={"format": "date-time"},
-                                           description="When status last changed.")
+    observedGeneration: int | None = Field(
+        None, json_schema_extra={"format": "int64"}, description="The spec generation the condition describes."
+    )
+    lastTransitionTime: str | None = Field(
+        None, json_schema_extra={"format": "date-time"}, description="When status last changed."
+    )
 
 
 class InferenceServiceStatus(BaseModel):
     """Observed state, in kstatus form, so Argo CD and Flux can read health."""
 
-    observedGeneration: int | None = Field(None, json_schema_extra={"format": "int64"},
-                                           description="The spec generation this status describes.")
+    observedGeneration: int | None = Field(
+        None, json_schema_extra={"format": "int64"}, description="The spec generation this status describes."
+    )
     replicas: int | None = Field(None, description="Server pods that exist.")
     readyReplicas: int | None = Field(None, description="Server pods that are ready.")
     selector: str | None = Field(None, description="Label selector of the server pods (for the scale subresource).")
     url: str | None = Field(None, description="The OpenAI-compatible API inside the cluster.")
-    conditions: list[Condition] = Field(default_factory=list, json_schema_extra={
-        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="Ready, Reconciling and Stalled.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Ready, Reconciling and Stalled.",
+    )
 
 
 class InferenceService(BaseModel):
     """An LLM served by a fleet of Argosy inference-server pods."""
 
-    model_config = ConfigDict(json_schema_extra=rules(cel(
-        f"self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= {MAX_NAME_LENGTH}",
-        "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) "
-        f"of at most {MAX_NAME_LENGTH} characters", ".metadata.name")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+                f" && size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+                "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) "
+                f"of at most {MAX_NAME_LENGTH} characters",
+                ".metadata.name",
+            )
+        )
+    )
 
     spec: InferenceServiceSpec
     status: InferenceServiceStatus | None = None
 
 
-NAMES = {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
-         "shortNames": SHORT_NAMES, "categories": CATEGORIES}
+NAMES = {
+    "kind": KIND,
+    "listKind": f"{KIND}List",
+    "plural": PLURAL,
+    "singular": SINGULAR,
+    "shortNames": SHORT_NAMES,
+    "categories": CATEGORIES,
+}
 
 # What `kubectl get ais` shows.
 PRINTER_COLUMNS = [
@@ -68,5 +87,11 @@ PRINTER_COLUMNS = [
 ]
 
 # status, and scale, so that `kubectl scale ais` (and HPAs) can set spec.replicas.
-SUBRESOURCES = {"status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                                        "labelSelectorPath": ".status.selector"}}
+SUBRESOURCES = {
+    "status": {},
+    "scale": {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
+    },
+}

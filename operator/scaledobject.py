@@ -6,6 +6,7 @@ the `namespace` and `pod` labels that Prometheus attaches when it scrapes Kubern
 PodMonitor does by default; a `kubernetes_sd_configs` pod job does with the usual relabelling
 of `__meta_kubernetes_namespace` and `__meta_kubernetes_pod_name`). Deployment pods are named
 `<deployment>-<template hash>-<5 characters>`, which the pod regex matches and nothing else."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,22 +29,39 @@ def build_scaled_object(owner: Owner, autoscaling: AutoscalingSpec) -> dict[str,
         "minReplicaCount": a.minReplicas,
         "maxReplicaCount": a.maxReplicas,
         "pollingInterval": a.pollingIntervalSeconds,
-        "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
-            # Scale down slowly: a pod's queue drains before it goes.
-            "scaleDown": {"stabilizationWindowSeconds": a.scaleDownStabilizationSeconds,
-                          "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]},
-            # Scale up at once: waiting requests are users waiting.
-            "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                        "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15},
-                                     {"type": "Pods", "value": 4, "periodSeconds": 15}]},
-        }}},
-        "triggers": [{
-            "type": "prometheus",
-            "metricType": "AverageValue",
-            "metadata": {"serverAddress": a.prometheusAddress, "query": waiting_requests_query(owner),
-                         "threshold": _number(a.targetWaitingRequests), "activationThreshold": "0",
-                         "ignoreNullValues": "true"},
-        }],
+        "advanced": {
+            "horizontalPodAutoscalerConfig": {
+                "behavior": {
+                    # Scale down slowly: a pod's queue drains before it goes.
+                    "scaleDown": {
+                        "stabilizationWindowSeconds": a.scaleDownStabilizationSeconds,
+                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                    },
+                    # Scale up at once: waiting requests are users waiting.
+                    "scaleUp": {
+                        "stabilizationWindowSeconds": 0,
+                        "selectPolicy": "Max",
+                        "policies": [
+                            {"type": "Percent", "value": 100, "periodSeconds": 15},
+                            {"type": "Pods", "value": 4, "periodSeconds": 15},
+                        ],
+                    },
+                }
+            }
+        },
+        "triggers": [
+            {
+                "type": "prometheus",
+                "metricType": "AverageValue",
+                "metadata": {
+                    "serverAddress": a.prometheusAddress,
+                    "query": waiting_requests_query(owner),
+                    "threshold": _number(a.targetWaitingRequests),
+                    "activationThreshold": "0",
+                    "ignoreNullValues": "true",
+                },
+            }
+        ],
     }
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": metadata(owner), "spec": spec}
 

@@ -3,6 +3,7 @@
 `python -m argosy.operator.crd` writes the CRD from these models, as controller-gen does from
 Go types: each field's type, bounds, enum, default and description, and the CEL rules beside
 the fields they constrain. Engine settings take the server's own defaults and flag names."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,7 +41,8 @@ class ServeFlag:
 
 # Each setting of `argosy serve`: its dataclass field, and the default configuration holding it.
 _SERVER_SETTINGS = {f.name: (f, _SERVER) for f in settings_of(ServerConfig)} | {
-    f.name: (f, _SERVER.engine) for f in settings_of(EngineConfig)}
+    f.name: (f, _SERVER.engine) for f in settings_of(EngineConfig)
+}
 
 
 def serve_setting(setting: str, *, description: str, convert=None, **constraints: Any) -> Any:
@@ -48,8 +50,9 @@ def serve_setting(setting: str, *, description: str, convert=None, **constraints
     default is the server's."""
     field, config = _SERVER_SETTINGS[setting]
     default = getattr(config, setting)
-    info = Field(convert(default) if convert and default is not None else default, description=description,
-                 **constraints)
+    info = Field(
+        convert(default) if convert and default is not None else default, description=description, **constraints
+    )
     info.metadata.append(ServeFlag(flag_name(field)))
     return info
 
@@ -72,22 +75,43 @@ class VolumeClaim(_Spec):
 class ModelSpec(_Spec):
     """The checkpoint and where it lives."""
 
-    model_config = ConfigDict(json_schema_extra=rules(cel(
-        "has(self.hostPath) != has(self.persistentVolumeClaim)",
-        "spec.model needs exactly one volume source, hostPath or persistentVolumeClaim")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "has(self.hostPath) != has(self.persistentVolumeClaim)",
+                "spec.model needs exactly one volume source, hostPath or persistentVolumeClaim",
+            )
+        )
+    )
 
-    name: str = Field(min_length=1, max_length=128, pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
-                      description="Served model name, as clients pass it in the OpenAI `model` field.")
-    path: str = Field(min_length=1, max_length=512, json_schema_extra=rules(cel(
-        "!self.startsWith('/') && !self.contains('..')",
-        "spec.model.path must be relative to the volume and must not contain '..'")),
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description="Served model name, as clients pass it in the OpenAI `model` field.",
+    )
+    path: str = Field(
+        min_length=1,
+        max_length=512,
+        json_schema_extra=rules(
+            cel(
+                "!self.startsWith('/') && !self.contains('..')",
+                "spec.model.path must be relative to the volume and must not contain '..'",
+            )
+        ),
         description="Checkpoint folder (Hugging Face layout) relative to the volume root; mounted read-only "
-                    "and passed to `argosy serve --model /models/<path>`.")
-    hostPath: str | None = Field(None, pattern="^/", max_length=1024,
-                                 description="Node-local folder (e.g. NVMe) holding checkpoints; mounted at /models.")
+        "and passed to `argosy serve --model /models/<path>`.",
+    )
+    hostPath: str | None = Field(
+        None,
+        pattern="^/",
+        max_length=1024,
+        description="Node-local folder (e.g. NVMe) holding checkpoints; mounted at /models.",
+    )
     persistentVolumeClaim: VolumeClaim | None = None
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Labels of the nodes that hold this "
-                                                                           "checkpoint.")
+    nodeSelector: dict[str, str] = Field(
+        default_factory=dict, description="Labels of the nodes that hold this checkpoint."
+    )
 
 
 class SecretKeyRef(_Spec):
@@ -100,57 +124,110 @@ class SecretKeyRef(_Spec):
 class EngineSpec(_Spec):
     """Settings of `argosy serve`; names and defaults are the server's (vLLM's names)."""
 
-    model_config = ConfigDict(json_schema_extra=rules(cel(
-        "!has(self.maxModelLen) || !has(self.maxNumBatchedTokens) || self.enableChunkedPrefill"
-        " || self.maxNumBatchedTokens >= self.maxModelLen",
-        "spec.engine.maxNumBatchedTokens must be at least spec.engine.maxModelLen when "
-        "spec.engine.enableChunkedPrefill is false", ".maxNumBatchedTokens")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!has(self.maxModelLen) || !has(self.maxNumBatchedTokens) || self.enableChunkedPrefill"
+                " || self.maxNumBatchedTokens >= self.maxModelLen",
+                "spec.engine.maxNumBatchedTokens must be at least spec.engine.maxModelLen when "
+                "spec.engine.enableChunkedPrefill is false",
+                ".maxNumBatchedTokens",
+            )
+        )
+    )
 
-    maxModelLen: int | None = serve_setting("max_model_len", ge=16, description=(
-        "Longest prompt plus output, in tokens (--max-model-len); default: the checkpoint's context length."))
-    maxNumSeqs: int = serve_setting("max_num_seqs", ge=1, le=4096,
-                                    description="Most sequences in one step (--max-num-seqs).")
-    maxNumBatchedTokens: int | None = serve_setting("max_num_batched_tokens", ge=16, description=(
-        f"Most tokens in one step (--max-num-batched-tokens); default {DEFAULT_BATCHED_TOKENS}, and at least "
-        "maxModelLen without chunked prefill."))
-    blockSize: Literal[8, 16, 32, 64, 128] = serve_setting("block_size", description=(
-        "Tokens per KV-cache block (--block-size)."))
-    gpuMemoryUtilization: float = serve_setting("gpu_memory_utilization", ge=0.05, le=1, description=(
-        "Fraction of GPU memory for weights, activations and KV cache (--gpu-memory-utilization)."))
-    kvCacheMemory: int | None = serve_setting("kv_cache_memory", ge=1 << 20, description=(
-        "KV-cache size in bytes (--kv-cache-memory), for CPU nodes; GPUs use gpuMemoryUtilization."))
-    enablePrefixCaching: bool = serve_setting("enable_prefix_caching", description=(
-        "Reuse the KV-cache blocks of identical prompt prefixes (--enable-prefix-caching)."))
-    enableChunkedPrefill: bool = serve_setting("enable_chunked_prefill", description=(
-        "Split long prompts across steps, mixed with decodes (--enable-chunked-prefill)."))
-    dtype: DType = serve_setting("dtype", description=(
-        "Weights and KV-cache dtype (--dtype); auto: the checkpoint's half type on GPU."))
-    maxWaitingRequests: int = serve_setting("max_waiting_requests", ge=1, description=(
-        "Queued requests beyond which new ones get 503 (--max-waiting-requests)."))
-    shutdownTimeoutSeconds: int = serve_setting("shutdown_timeout", convert=int, ge=0, le=3600, description=(
-        "Seconds requests in flight may take to finish when a pod stops (--shutdown-timeout); the pod's "
-        "termination grace period is set above it."))
-    apiKeySecretRef: SecretKeyRef | None = Field(None, description=(
-        "Secret key holding the API key clients must send as a bearer token."))
+    maxModelLen: int | None = serve_setting(
+        "max_model_len",
+        ge=16,
+        description=(
+            "Longest prompt plus output, in tokens (--max-model-len); default: the checkpoint's context length."
+        ),
+    )
+    maxNumSeqs: int = serve_setting(
+        "max_num_seqs", ge=1, le=4096, description="Most sequences in one step (--max-num-seqs)."
+    )
+    maxNumBatchedTokens: int | None = serve_setting(
+        "max_num_batched_tokens",
+        ge=16,
+        description=(
+            f"Most tokens in one step (--max-num-batched-tokens); default {DEFAULT_BATCHED_TOKENS}, and at least "
+            "maxModelLen without chunked prefill."
+        ),
+    )
+    blockSize: Literal[8, 16, 32, 64, 128] = serve_setting(
+        "block_size", description=("Tokens per KV-cache block (--block-size).")
+    )
+    gpuMemoryUtilization: float = serve_setting(
+        "gpu_memory_utilization",
+        ge=0.05,
+        le=1,
+        description=("Fraction of GPU memory for weights, activations and KV cache (--gpu-memory-utilization)."),
+    )
+    kvCacheMemory: int | None = serve_setting(
+        "kv_cache_memory",
+        ge=1 << 20,
+        description=("KV-cache size in bytes (--kv-cache-memory), for CPU nodes; GPUs use gpuMemoryUtilization."),
+    )
+    enablePrefixCaching: bool = serve_setting(
+        "enable_prefix_caching",
+        description=("Reuse the KV-cache blocks of identical prompt prefixes (--enable-prefix-caching)."),
+    )
+    enableChunkedPrefill: bool = serve_setting(
+        "enable_chunked_prefill",
+        description=("Split long prompts across steps, mixed with decodes (--enable-chunked-prefill)."),
+    )
+    dtype: DType = serve_setting(
+        "dtype", description=("Weights and KV-cache dtype (--dtype); auto: the checkpoint's half type on GPU.")
+    )
+    maxWaitingRequests: int = serve_setting(
+        "max_waiting_requests",
+        ge=1,
+        description=("Queued requests beyond which new ones get 503 (--max-waiting-requests)."),
+    )
+    shutdownTimeoutSeconds: int = serve_setting(
+        "shutdown_timeout",
+        convert=int,
+        ge=0,
+        le=3600,
+        description=(
+            "Seconds requests in flight may take to finish when a pod stops (--shutdown-timeout); the pod's "
+            "termination grace period is set above it."
+        ),
+    )
+    apiKeySecretRef: SecretKeyRef | None = Field(
+        None, description=("Secret key holding the API key clients must send as a bearer token.")
+    )
 
 
 class AutoscalingSpec(_Spec):
     """When present, a KEDA ScaledObject scales the pods on the waiting-queue depth
     (argosy_num_requests_waiting) read from Prometheus."""
 
-    model_config = ConfigDict(json_schema_extra=rules(cel(
-        "self.minReplicas <= self.maxReplicas",
-        "spec.autoscaling.minReplicas must not exceed spec.autoscaling.maxReplicas", ".minReplicas")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "self.minReplicas <= self.maxReplicas",
+                "spec.autoscaling.minReplicas must not exceed spec.autoscaling.maxReplicas",
+                ".minReplicas",
+            )
+        )
+    )
 
-    minReplicas: int = Field(1, ge=1, description=(
-        "At least 1: the queue-depth signal lives on the pods, so from zero replicas nothing could scale the "
-        "service up again."))
+    minReplicas: int = Field(
+        1,
+        ge=1,
+        description=(
+            "At least 1: the queue-depth signal lives on the pods, so from zero replicas nothing could scale the "
+            "service up again."
+        ),
+    )
     maxReplicas: int = Field(ge=1, le=1000, description="Most replicas KEDA may run.")
     targetWaitingRequests: float = Field(5, ge=0.1, description="Waiting requests per replica that KEDA aims for.")
     prometheusAddress: str = Field(pattern="^https?://", description="Prometheus that scrapes the server pods.")
     pollingIntervalSeconds: int = Field(15, ge=1, description="How often KEDA reads the queue depth.")
-    scaleDownStabilizationSeconds: int = Field(300, ge=0, le=3600, description=(
-        "How long the queue must stay low before a replica is removed."))
+    scaleDownStabilizationSeconds: int = Field(
+        300, ge=0, le=3600, description=("How long the queue must stay low before a replica is removed.")
+    )
 
 
 class DisruptionBudgetSpec(_Spec):
@@ -164,9 +241,14 @@ class RolloutSpec(_Spec):
     before its successor starts. With spare capacity, maxSurge 1 and maxUnavailable 0 keep
     every replica serving during a rollout."""
 
-    model_config = ConfigDict(json_schema_extra=rules(cel(
-        "!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
-        "spec.rollout.maxSurge and spec.rollout.maxUnavailable must not both be zero")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
+                "spec.rollout.maxSurge and spec.rollout.maxUnavailable must not both be zero",
+            )
+        )
+    )
 
     maxSurge: IntOrPercent = Field(0, description="Pods started above the desired count during a rollout.")
     maxUnavailable: IntOrPercent = Field(1, description="Pods that may be missing during a rollout.")
@@ -192,7 +274,8 @@ class Toleration(_Spec):
     operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists, or Equal to value.")
     value: str | None = Field(None, description="Taint value, with operator Equal.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to match; empty matches all.")
+        None, description="Taint effect to match; empty matches all."
+    )
     tolerationSeconds: int | None = Field(None, description="With NoExecute, how long the pod stays after the taint.")
 
 
@@ -203,18 +286,22 @@ class InferenceServiceSpec(_Spec):
     engine: EngineSpec = Field(default_factory=EngineSpec)
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="The Argosy image running `argosy serve`.")
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] = Field(
-        "IfNotPresent", description="When the kubelet pulls the image.")
-    imagePullSecrets: list[LocalObjectReference] = Field(default_factory=list, description=(
-        "Secrets with the credentials of the image's registry."))
+        "IfNotPresent", description="When the kubelet pulls the image."
+    )
+    imagePullSecrets: list[LocalObjectReference] = Field(
+        default_factory=list, description=("Secrets with the credentials of the image's registry.")
+    )
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     replicas: int = Field(1, ge=0, description="Replicas when autoscaling is off (also set by `kubectl scale`).")
     autoscaling: AutoscalingSpec | None = None
-    nodeSelector: dict[str, str] = Field(default_factory=dict, description="Extra node labels, merged with "
-                                                                           "spec.model.nodeSelector.")
+    nodeSelector: dict[str, str] = Field(
+        default_factory=dict, description="Extra node labels, merged with spec.model.nodeSelector."
+    )
     tolerations: list[Toleration] = Field(default_factory=list, description="Taints the pods tolerate.")
     affinity: dict[str, Any] | None = Field(None, description="A core/v1 Affinity, passed to the pods unchanged.")
-    startupTimeoutSeconds: int = Field(1800, ge=30, le=86400, description=(
-        "How long a pod may take to load its model before it is restarted."))
+    startupTimeoutSeconds: int = Field(
+        1800, ge=30, le=86400, description=("How long a pod may take to load its model before it is restarted.")
+    )
     shmSize: str = Field("1Gi", pattern="^[0-9]+(Ki|Mi|Gi)?$", description="Size of the in-memory /dev/shm.")
     disruptionBudget: DisruptionBudgetSpec = Field(default_factory=DisruptionBudgetSpec)
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
@@ -234,5 +321,6 @@ class Owner(BaseModel):
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Owner:
         meta = body["metadata"]
-        return cls(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
-                   generation=meta.get("generation", 1))
+        return cls(
+            name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], generation=meta.get("generation", 1)
+        )

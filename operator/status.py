@@ -1,6 +1,7 @@
 """The InferenceService status, computed from what the cluster shows: the owned Deployment,
 its pods, and any problem the reconcile met. Conditions follow kstatus (Ready, plus
 Reconciling and Stalled) so Argo CD and Flux can tell healthy from progressing from stuck."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,9 +12,14 @@ from argosy.operator.spec import Owner
 from argosy.server.exceptions import CheckpointNotFoundError
 
 # Waiting reasons that will not clear without someone changing something.
-_STUCK_CONTAINER = {"ErrImagePull": "ImagePullFailed", "ImagePullBackOff": "ImagePullFailed",
-                    "InvalidImageName": "ImagePullFailed", "CreateContainerConfigError": "ContainerConfigError",
-                    "CreateContainerError": "ContainerConfigError", "RunContainerError": "ContainerConfigError"}
+_STUCK_CONTAINER = {
+    "ErrImagePull": "ImagePullFailed",
+    "ImagePullBackOff": "ImagePullFailed",
+    "InvalidImageName": "ImagePullFailed",
+    "CreateContainerConfigError": "ContainerConfigError",
+    "CreateContainerError": "ContainerConfigError",
+    "RunContainerError": "ContainerConfigError",
+}
 
 
 @dataclass(frozen=True)
@@ -38,15 +44,20 @@ def diagnose_pods(pods: list[dict[str, Any]]) -> Problem | None:
             waiting = (container.get("state") or {}).get("waiting") or {}
             reason = waiting.get("reason")
             if reason in _STUCK_CONTAINER:
-                return Problem(_STUCK_CONTAINER[reason], waiting.get("message") or f"{reason}: {container.get('image')}")
+                return Problem(
+                    _STUCK_CONTAINER[reason], waiting.get("message") or f"{reason}: {container.get('image')}"
+                )
             if reason == "CrashLoopBackOff":
                 last = (container.get("lastState") or {}).get("terminated") or {}
                 line = ((last.get("message") or "").strip().splitlines() or ["the server keeps exiting"])[-1][:500]
                 missing = last.get("exitCode") == CheckpointNotFoundError.exit_code
                 return Problem("ModelPathMissing" if missing else "CrashLoopBackOff", line)
         for cond in status.get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
-                    and cond.get("reason") == "Unschedulable":
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
                 # A cluster autoscaler may be adding a node: waiting, not stuck.
                 return Problem("PodsUnschedulable", cond.get("message") or "no node fits the pod", stalled=False)
     return None
@@ -59,9 +70,15 @@ def _deployment_problem(deployment: dict[str, Any]) -> Problem | None:
     return None
 
 
-def compute_status(owner: Owner, deployment: dict[str, Any] | None, pods: list[dict[str, Any]],
-                   problem: Problem | None, previous: list[dict[str, Any]], now: str,
-                   min_ready: int | None = None) -> dict[str, Any]:
+def compute_status(
+    owner: Owner,
+    deployment: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    problem: Problem | None,
+    previous: list[dict[str, Any]],
+    now: str,
+    min_ready: int | None = None,
+) -> dict[str, Any]:
     """min_ready: with autoscaling, the replicas that make the service ready (the HPA moves
     the desired count up and down; that is not a rollout). Without, all desired replicas."""
     dep_status = (deployment or {}).get("status") or {}
@@ -86,14 +103,33 @@ def compute_status(owner: Owner, deployment: dict[str, Any] | None, pods: list[d
     reconciling = ready_status == "False" and not stalled
     conditions = [
         _condition("Ready", ready_status, reason, message, owner.generation, previous, now),
-        _condition("Reconciling", "True" if reconciling else "False", reason if reconciling else "Reconciled",
-                   message if reconciling else "", owner.generation, previous, now),
-        _condition("Stalled", "True" if stalled else "False", reason if stalled else "NotStalled",
-                   message if stalled else "", owner.generation, previous, now),
+        _condition(
+            "Reconciling",
+            "True" if reconciling else "False",
+            reason if reconciling else "Reconciled",
+            message if reconciling else "",
+            owner.generation,
+            previous,
+            now,
+        ),
+        _condition(
+            "Stalled",
+            "True" if stalled else "False",
+            reason if stalled else "NotStalled",
+            message if stalled else "",
+            owner.generation,
+            previous,
+            now,
+        ),
     ]
-    return {"observedGeneration": owner.generation, "replicas": dep_status.get("replicas", 0),
-            "readyReplicas": ready, "selector": selector_string(owner), "url": service_url(owner),
-            "conditions": conditions}
+    return {
+        "observedGeneration": owner.generation,
+        "replicas": dep_status.get("replicas", 0),
+        "readyReplicas": ready,
+        "selector": selector_string(owner),
+        "url": service_url(owner),
+        "conditions": conditions,
+    }
 
 
 def _rolled_out(deployment: dict[str, Any], desired: int, autoscaled: bool) -> bool:
@@ -105,13 +141,23 @@ def _rolled_out(deployment: dict[str, Any], desired: int, autoscaled: bool) -> b
     return observed and current <= updated and (autoscaled or updated >= desired)
 
 
-def _condition(kind: str, status: str, reason: str, message: str, generation: int,
-               previous: list[dict[str, Any]], now: str) -> dict[str, Any]:
+def _condition(
+    kind: str, status: str, reason: str, message: str, generation: int, previous: list[dict[str, Any]], now: str
+) -> dict[str, Any]:
     before = find_condition(previous, kind)
-    since = before["lastTransitionTime"] if before and before.get("status") == status \
-        and before.get("lastTransitionTime") else now
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "observedGeneration": generation, "lastTransitionTime": since}
+    since = (
+        before["lastTransitionTime"]
+        if before and before.get("status") == status and before.get("lastTransitionTime")
+        else now
+    )
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": since,
+    }
 
 
 def find_condition(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """EngineConfig: every setting of the engine in one place, named as vLLM names them, and
 `resolve_limits`, which settles the values that depend on the checkpoint. Nothing here loads
 torch, so that the operator can read the server's defaults."""
+
 from __future__ import annotations
 
 import typing
@@ -20,23 +21,30 @@ class EngineConfig:
     """Every setting of the engine: the keyword arguments of `LLM(...)` and the engine flags of
     `argosy serve` and `argosy generate`, with their defaults and help."""
 
-    model: str | None = setting(None, "checkpoint folder (Hugging Face layout); default: the embedded "
-                                      "SmolLM2-135M-Instruct")
-    served_model_name: str | None = setting(None, "model name reported by the API and in metrics; "
-                                                  "default: the model path")
+    model: str | None = setting(
+        None, "checkpoint folder (Hugging Face layout); default: the embedded SmolLM2-135M-Instruct"
+    )
+    served_model_name: str | None = setting(
+        None, "model name reported by the API and in metrics; default: the model path"
+    )
     dtype: DType = setting(
-        "auto", "weights and KV-cache dtype; auto: bfloat16 on CPUs that support it (else float32), the "
-                "checkpoint's half type on GPU")
+        "auto",
+        "weights and KV-cache dtype; auto: bfloat16 on CPUs that support it (else float32), the "
+        "checkpoint's half type on GPU",
+    )
     device: Literal["auto", "cpu", "cuda"] = setting("auto", "auto: CUDA when present")
     block_size: int = setting(16, "tokens per KV-cache block")
-    max_model_len: int | None = setting(None, "longest prompt + output, in tokens; default: the checkpoint's "
-                                              "max_position_embeddings")
+    max_model_len: int | None = setting(
+        None, "longest prompt + output, in tokens; default: the checkpoint's max_position_embeddings"
+    )
     max_num_seqs: int = setting(256, "most sequences in one step")
     max_num_batched_tokens: int | None = setting(
-        None, f"most tokens in one step; default {DEFAULT_BATCHED_TOKENS}, at least max_model_len without "
-              "chunked prefill")
-    kv_cache_memory: int | None = setting(None, "KV cache size in bytes; default 2 GiB on CPU, on GPU what "
-                                                "gpu_memory_utilization leaves")
+        None,
+        f"most tokens in one step; default {DEFAULT_BATCHED_TOKENS}, at least max_model_len without chunked prefill",
+    )
+    kv_cache_memory: int | None = setting(
+        None, "KV cache size in bytes; default 2 GiB on CPU, on GPU what gpu_memory_utilization leaves"
+    )
     gpu_memory_utilization: float = setting(0.9, "fraction of GPU memory for weights, activations and KV cache")
     enable_prefix_caching: bool = setting(True, "reuse cached blocks of identical prompt prefixes")
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
@@ -48,13 +56,16 @@ class EngineConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InvalidRequestError(f"{name} must be a positive integer, got {value!r}", param=name)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise InvalidRequestError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
-                                      param="gpu_memory_utilization")
+            raise InvalidRequestError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
+                param="gpu_memory_utilization",
+            )
         for name, annotation in typing.get_type_hints(EngineConfig).items():
             choices = literal_choices(annotation)
             if choices is not None and getattr(self, name) not in choices:
-                raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}",
-                                          param=name)
+                raise InvalidRequestError(
+                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}", param=name
+                )
 
 
 @dataclass(frozen=True)
@@ -74,10 +85,13 @@ def resolve_limits(config: EngineConfig, model: ModelConfig) -> EngineLimits:
         raise UnsupportedModelError(model.path, f"max_model_len {max_model_len} exceeds the model's {what} ({limit})")
     batched = config.max_num_batched_tokens
     if batched is None:
-        batched = DEFAULT_BATCHED_TOKENS if config.enable_chunked_prefill else max(DEFAULT_BATCHED_TOKENS,
-                                                                                      max_model_len)
+        batched = (
+            DEFAULT_BATCHED_TOKENS if config.enable_chunked_prefill else max(DEFAULT_BATCHED_TOKENS, max_model_len)
+        )
     if not config.enable_chunked_prefill and batched < max_model_len:
         raise InvalidRequestError(
             f"max_num_batched_tokens ({batched}) is smaller than max_model_len ({max_model_len}); without chunked "
-            "prefill a whole prompt must fit in one step", param="max_num_batched_tokens")
+            "prefill a whole prompt must fit in one step",
+            param="max_num_batched_tokens",
+        )
     return EngineLimits(max_model_len, batched)

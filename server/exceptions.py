@@ -1,5 +1,6 @@
 """Exceptions the engine raises. Each names the offending value so that the HTTP layer
 can turn it into an OpenAI-style error body without guessing."""
+
 from __future__ import annotations
 
 from pathlib import Path

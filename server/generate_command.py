@@ -1,4 +1,5 @@
 """`argosy generate`: one prompt through the offline engine, printed."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,7 @@ def generate(args: argparse.Namespace) -> int:
 
     options = config_from_args(GenerateOptions, args)
     llm = LLM(**vars(config_from_args(EngineConfig, args)))
-    params = SamplingParams(temperature=options.temperature, max_tokens=options.max_tokens,
-                            seed=options.sampling_seed)
+    params = SamplingParams(temperature=options.temperature, max_tokens=options.max_tokens, seed=options.sampling_seed)
     if options.chat:
         outputs = llm.chat([{"role": "user", "content": options.prompt}], params)
     else:

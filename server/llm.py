@@ -1,11 +1,12 @@
 """LLM: the offline API. Queue every prompt, step the engine until all are done, return the
 outputs in prompt order."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from argosy.server.engine_config import EngineConfig
 from argosy.server.engine.llm_engine import LLMEngine
+from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import SamplingParams
@@ -25,21 +26,30 @@ class LLM:
     def get_tokenizer(self):
         return self.engine.tokenizer
 
-    def generate(self, prompts: PromptInput | list[PromptInput],
-                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: PromptInput | list[PromptInput],
+        sampling_params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         params = sampling_params if sampling_params is not None else SamplingParams()
         if isinstance(params, list):
             if len(params) != len(prompts):
-                raise InvalidRequestError(f"got {len(params)} SamplingParams for {len(prompts)} prompts",
-                                          param="sampling_params")
+                raise InvalidRequestError(
+                    f"got {len(params)} SamplingParams for {len(prompts)} prompts", param="sampling_params"
+                )
         else:
             params = [params] * len(prompts)
         return self._run([_prompt_of(p) for p in prompts], params)
 
-    def chat(self, messages: Conversation | list[Conversation], sampling_params: SamplingParams | None = None,
-             add_generation_prompt: bool = True, chat_template: str | None = None) -> list[RequestOutput]:
+    def chat(
+        self,
+        messages: Conversation | list[Conversation],
+        sampling_params: SamplingParams | None = None,
+        add_generation_prompt: bool = True,
+        chat_template: str | None = None,
+    ) -> list[RequestOutput]:
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         tokenizer = self.engine.tokenizer
         prompts = [tokenizer.encode_chat(c, add_generation_prompt, chat_template) for c in conversations]

@@ -1,5 +1,6 @@
 """What the engine hands back: RequestOutput (one per prompt) holding CompletionOutput
 (one per sampled sequence), shaped as vLLM's; and EngineStats, its live figures."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """SamplingParams: how one request is decoded. Names and defaults follow vLLM."""
+
 from __future__ import annotations
 
 import math
@@ -46,36 +47,56 @@ class SamplingParams:
 
     @property
     def has_penalties(self) -> bool:
-        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
-                or self.repetition_penalty != 1.0)
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     def validate(self) -> None:
         _check(isinstance(self.n, int) and self.n >= 1, "n", f"n must be at least 1, got {self.n}")
-        _check(self.temperature >= 0.0, "temperature",
-               f"temperature must be non-negative, got {self.temperature}")
+        _check(self.temperature >= 0.0, "temperature", f"temperature must be non-negative, got {self.temperature}")
         _check(0.0 < self.top_p <= 1.0, "top_p", f"top_p must be in (0, 1], got {self.top_p}")
-        _check(self.top_k in (0, -1) or self.top_k >= 1, "top_k",
-               f"top_k must be -1, 0 (disabled) or at least 1, got {self.top_k}")
+        _check(
+            self.top_k in (0, -1) or self.top_k >= 1,
+            "top_k",
+            f"top_k must be -1, 0 (disabled) or at least 1, got {self.top_k}",
+        )
         _check(0.0 <= self.min_p <= 1.0, "min_p", f"min_p must be in [0, 1], got {self.min_p}")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             _check(-2.0 <= value <= 2.0, name, f"{name} must be in [-2, 2], got {value}")
-        _check(self.repetition_penalty > 0.0, "repetition_penalty",
-               f"repetition_penalty must be positive, got {self.repetition_penalty}")
-        _check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens",
-               f"max_tokens must be at least 1, got {self.max_tokens}")
+        _check(
+            self.repetition_penalty > 0.0,
+            "repetition_penalty",
+            f"repetition_penalty must be positive, got {self.repetition_penalty}",
+        )
+        _check(
+            self.max_tokens is None or self.max_tokens >= 1,
+            "max_tokens",
+            f"max_tokens must be at least 1, got {self.max_tokens}",
+        )
         _check(self.min_tokens >= 0, "min_tokens", f"min_tokens must be non-negative, got {self.min_tokens}")
-        _check(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",
-               f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
-        _check(self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS, "logprobs",
-               f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
-        _check(all(isinstance(s, str) and s for s in self.stop_strings), "stop",
-               "stop strings must be non-empty strings")
-        _check(all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids",
-               f"stop_token_ids must be non-negative integers, got {self.stop_token_ids}")
-        _check(self.seed is None or (isinstance(self.seed, int) and -2 ** 63 <= self.seed < 2 ** 63), "seed",
-               f"seed must be an integer in [-2^63, 2^63), got {self.seed!r}")
-        _check(self.top_k < 2 ** 31, "top_k", f"top_k must be below 2^31, got {self.top_k}")
+        _check(
+            self.max_tokens is None or self.min_tokens <= self.max_tokens,
+            "min_tokens",
+            f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
+        )
+        _check(
+            self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS,
+            "logprobs",
+            f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}",
+        )
+        _check(
+            all(isinstance(s, str) and s for s in self.stop_strings), "stop", "stop strings must be non-empty strings"
+        )
+        _check(
+            all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+            "stop_token_ids",
+            f"stop_token_ids must be non-negative integers, got {self.stop_token_ids}",
+        )
+        _check(
+            self.seed is None or (isinstance(self.seed, int) and -(2**63) <= self.seed < 2**63),
+            "seed",
+            f"seed must be an integer in [-2^63, 2^63), got {self.seed!r}",
+        )
+        _check(self.top_k < 2**31, "top_k", f"top_k must be below 2^31, got {self.top_k}")
         for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
             _check(math.isfinite(getattr(self, name)), name, f"{name} must be a finite number")
 

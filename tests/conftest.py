@@ -6,9 +6,9 @@ import os
 # responsive event loop beside the engine thread.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import pytest  # noqa: E402
+import pytest
 
-from tests.checkpoints import ARCHS, build_checkpoint  # noqa: E402
+from tests.checkpoints import ARCHS, build_checkpoint
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 it returns something truthy, which is returned; until then an AssertionError, KeyError or
 TypeError (the object is not there yet) or a refused connection (the server is not up yet)
 counts as "not yet". Past the timeout the test fails, naming what it waited for."""
+
 from __future__ import annotations
 
 import asyncio

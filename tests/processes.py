@@ -1,5 +1,6 @@
 """Real servers on loopback for the tests: free ports, and processes (`argosy serve`,
 Prometheus) that run until the block ends."""
+
 from __future__ import annotations
 
 import socket
@@ -56,8 +57,24 @@ def running(command: list[str], url: str, ready_path: str, what: str) -> Iterato
 def serve_process(checkpoint, *flags: str) -> Iterator[Process]:
     """`argosy serve` on a test checkpoint, in its own process, as a pod would run it."""
     port = free_port()
-    command = [sys.executable, "-m", "argosy", "serve", "--model", str(checkpoint), "--served-model-name", MODEL,
-               "--port", str(port), "--dtype", "float32", "--kv-cache-memory", str(8 << 20), "--log-format", "text",
-               *flags]
+    command = [
+        sys.executable,
+        "-m",
+        "argosy",
+        "serve",
+        "--model",
+        str(checkpoint),
+        "--served-model-name",
+        MODEL,
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--kv-cache-memory",
+        str(8 << 20),
+        "--log-format",
+        "text",
+        *flags,
+    ]
     with running(command, f"http://127.0.0.1:{port}", "/health", "the server to become healthy") as proc:
         yield proc

@@ -1,5 +1,6 @@
 """Flags come from configuration dataclasses: names, types, defaults, choices and help are
 the fields', and the parsed flags build the dataclass back."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ def parse(cls, *argv: str) -> argparse.Namespace:
 
 def test_fields_become_typed_flags_and_build_the_dataclass_back(monkeypatch):
     monkeypatch.setenv("EXAMPLE_SECRET", "s3")
-    args = parse(Example, "x", "--size", "32", "--ratio", "0.5", "--mode", "b", "--no-enabled", "-t", "p", "--tags", "q")
+    args = parse(
+        Example, "x", "--size", "32", "--ratio", "0.5", "--mode", "b", "--no-enabled", "-t", "p", "--tags", "q"
+    )
     assert config_from_args(Example, args, derived=7) == Example("x", 32, 0.5, "b", False, ["p", "q"], "s3", 7)
     assert config_from_args(Example, parse(Example, "y")) == Example("y", secret="s3")
 
@@ -67,7 +70,8 @@ def test_engine_flags_reach_the_engine_config():
 
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
-    config = server_config(parser.parse_args(["--block-size", "32", "--no-enable-prefix-caching", "--port", "9",
-                                              "--dtype", "bfloat16"]))
+    config = server_config(
+        parser.parse_args(["--block-size", "32", "--no-enable-prefix-caching", "--port", "9", "--dtype", "bfloat16"])
+    )
     assert config.engine == EngineConfig(block_size=32, enable_prefix_caching=False, dtype="bfloat16")
     assert config.port == 9

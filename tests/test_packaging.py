@@ -1,25 +1,35 @@
 """The source folders are importable only as argosy.*: Python's own `operator` module stays
 reachable from the repository root, in the editable install and in a built wheel."""
+
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
-CHECK = ("import operator, argosy.operator, argosy.server.engine.llm_engine, argosy.kernels.paged_attention;"
-         "assert operator.__file__.startswith(%r), operator.__file__;"
-         "assert callable(operator.itemgetter); print(argosy.operator.__file__)")
-STDLIB = str(Path(subprocess.check_output([sys.executable, "-c", "import sysconfig;"
-                                           "print(sysconfig.get_paths()['stdlib'])"], text=True).strip()))
+CHECK = (
+    "import operator, argosy.operator, argosy.server.engine.llm_engine, argosy.kernels.paged_attention;"
+    "assert operator.__file__.startswith(%r), operator.__file__;"
+    "assert callable(operator.itemgetter); print(argosy.operator.__file__)"
+)
+STDLIB = str(
+    Path(
+        subprocess.check_output(
+            [sys.executable, "-c", "import sysconfig;print(sysconfig.get_paths()['stdlib'])"], text=True
+        ).strip()
+    )
+)
 
 
 def run_python(code: str, cwd: Path, env: dict | None = None) -> str:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          check=True).stdout
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_stdlib_operator_wins_from_the_repository_root():
@@ -42,8 +52,22 @@ def test_built_wheel_contains_the_packages_and_keeps_stdlib_operator(tmp_path):
     # checkout could smuggle files that no longer exist into the wheel.
     source = tmp_path / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = tmp_path.glob("argosy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "argosy/operator/__init__.py" in names and "argosy/server/engine/llm_engine.py" in names

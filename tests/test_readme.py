@@ -1,4 +1,5 @@
 """The README's set-up commands are the ones CI runs."""
+
 from __future__ import annotations
 
 import re
@@ -20,3 +21,17 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_readme_run_command_uses_the_installed_cli():
     run_command = readme_commands()[0]
     assert run_command.startswith("pip install torch==2.13.0 -e . ") and run_command.endswith("argosy serve")
+
+
+def test_every_setting_is_documented_under_its_flag():
+    from argosy.flags import flag_name, settings_of
+    from argosy.operator.main import OperatorOptions
+    from argosy.server.api.server_config import ServerConfig
+    from argosy.server.engine_config import EngineConfig
+
+    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `")]
+    for cls in (EngineConfig, ServerConfig, OperatorOptions):
+        for field in settings_of(cls):
+            flag = flag_name(field)
+            documented = (f"`{flag}`", f"`{flag.replace('--', '--[no-]', 1)}`")
+            assert any(name in row for row in rows for name in documented), f"{cls.__name__}.{field.name}"

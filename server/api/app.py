@@ -1,5 +1,6 @@
 """The FastAPI application: routes, and the background loading of the model (so /health can
 say 503 while it loads)."""
+
 from __future__ import annotations
 
 import logging
@@ -9,9 +10,9 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.middleware import APIKeyCheck, BodySizeLimit
@@ -42,11 +43,14 @@ def load_engine(state: ServerState) -> None:
         metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
 
     client = EngineClient(core, state.config.max_waiting_requests, on_step, metrics.observe_abort)
-    metrics.bind_gauges(lambda: client.num_waiting, lambda: client.num_running,
-                        lambda: client.stats().kv_cache_usage)
+    metrics.bind_gauges(lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage)
     state.client = client
-    log.info("model %s loaded: %s blocks of %s tokens", state.model_name, client.stats().kv_blocks_total,
-             state.config.engine.block_size)
+    log.info(
+        "model %s loaded: %s blocks of %s tokens",
+        state.model_name,
+        client.stats().kv_blocks_total,
+        state.config.engine.block_size,
+    )
 
 
 def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
@@ -71,19 +75,32 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
 
     def serving_engine() -> EngineClient:
         if state.draining:
-            raise APIError(503, "the server is shutting down", "service_unavailable_error", code="shutting_down",
-                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            raise APIError(
+                503,
+                "the server is shutting down",
+                "service_unavailable_error",
+                code="shutting_down",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
         if state.client is None:
-            raise APIError(503, state.load_error or "the model is loading", "service_unavailable_error",
-                           code="model_not_ready", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            raise APIError(
+                503,
+                state.load_error or "the model is loading",
+                "service_unavailable_error",
+                code="model_not_ready",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
         return state.client
 
     @app.get("/health")
     async def health() -> Response:
         if state.ready:
             return Response(status_code=200)
-        reason = ("draining" if state.draining else state.load_error or
-                  ("engine loop stopped" if state.client is not None else "loading"))
+        reason = (
+            "draining"
+            if state.draining
+            else state.load_error or ("engine loop stopped" if state.client is not None else "loading")
+        )
         return JSONResponse({"status": reason}, status_code=503)
 
     @app.get("/live")
@@ -98,13 +115,21 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(client: EngineClient = Depends(serving_engine)) -> dict:
-        return {"object": "list", "data": [{
-            "id": state.model_name, "object": "model", "created": 0, "owned_by": "argosy",
-            "max_model_len": client.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": state.model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "argosy",
+                    "max_model_len": client.max_model_len,
+                }
+            ],
+        }
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request,
-                          client: EngineClient = Depends(serving_engine)):
+    async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
         return await create_completion(body, request, state, client)
 
     @app.post("/v1/chat/completions")

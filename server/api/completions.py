@@ -1,32 +1,48 @@
 """POST /v1/completions."""
+
 from __future__ import annotations
 
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from argosy.server.api.engine_client import EngineClient
+from argosy.server.api.generation import (
+    DISCONNECTED,
+    Generation,
+    cancel_on_disconnect,
+    check_model,
+    client_closed,
+    engine_request_id,
+    new_request_id,
+)
 from argosy.server.api.protocol import CompletionRequest
-from argosy.server.api.generation import cancel_on_disconnect, check_model, client_closed, DISCONNECTED, engine_request_id, Generation, new_request_id
-from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k, usage
 from argosy.server.api.server_state import ServerState
+from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k, usage
 
 
 async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient):
     check_model(body.model, state.model_name)
     params = body.to_sampling_params()
     request_id = new_request_id(http, "cmpl")
-    requests = [client.make_request(engine_request_id(request_id, i), prompt, params)
-                for i, prompt in enumerate(body.prompts())]
+    requests = [
+        client.make_request(engine_request_id(request_id, i), prompt, params) for i, prompt in enumerate(body.prompts())
+    ]
     tokenizer = client.tokenizer
-    echoes = [(r.prompt if r.prompt is not None else tokenizer.decode(r.prompt_token_ids)) if body.echo else ""
-              for r in requests]
+    echoes = [
+        (r.prompt if r.prompt is not None else tokenizer.decode(r.prompt_token_ids)) if body.echo else ""
+        for r in requests
+    ]
     gen = Generation(client, request_id, requests)
     base = {"id": request_id, "object": "text_completion", "created": gen.created, "model": state.model_name}
 
     def choice(index: int, delta: Delta) -> dict:
-        return {"index": index, "text": delta.text, "finish_reason": delta.finish_reason,
-                "stop_reason": delta.stop_reason,
-                "logprobs": _logprobs(delta, body.logprobs) if body.logprobs is not None else None}
+        return {
+            "index": index,
+            "text": delta.text,
+            "finish_reason": delta.finish_reason,
+            "stop_reason": delta.stop_reason,
+            "logprobs": _logprobs(delta, body.logprobs) if body.logprobs is not None else None,
+        }
 
     if body.streaming:
         chunk = lambda index, delta: {**base, "choices": [choice(index, delta)], "usage": None}  # noqa: E731

@@ -5,6 +5,7 @@ core, so that asyncio handlers never block the event loop.
 The engine thread steps while work exists and sleeps on an event when idle. Requests and
 aborts reach it through a command queue and take effect between steps; outputs go back to
 each request's asyncio queue through the event loop's thread-safe callback."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,9 +40,13 @@ class EngineFailedError(ArgosyError):
 
 
 class EngineClient:
-    def __init__(self, core: LLMEngine, max_waiting_requests: int,
-                 on_step: Callable[[list[RequestOutput], float], None] | None = None,
-                 on_abort: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        core: LLMEngine,
+        max_waiting_requests: int,
+        on_step: Callable[[list[RequestOutput], float], None] | None = None,
+        on_abort: Callable[[str], None] | None = None,
+    ):
         self.core = core  # driven by this client's thread only
         self.max_waiting_requests = max_waiting_requests
         self.on_step = on_step

@@ -1,5 +1,6 @@
 """Every error leaves the server in OpenAI's shape:
 {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,15 @@ RETRY_AFTER_SECONDS = 1
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, type: str, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
         self.headers = headers
@@ -36,22 +44,33 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, InvalidRequestError):
         return APIError(400, str(exc), "invalid_request_error", exc.param)
     if isinstance(exc, EngineOverloadedError):
-        return APIError(503, f"server overloaded: {exc}; retry later", "service_unavailable_error",
-                        code="overloaded", headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return APIError(
+            503,
+            f"server overloaded: {exc}; retry later",
+            "service_unavailable_error",
+            code="overloaded",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, EngineFailedError):
         log.error("request failed: %s", exc)
         return APIError(500, str(exc), "internal_error")
     if isinstance(exc, EngineStoppedError):
-        return APIError(503, str(exc), "service_unavailable_error", code="shutting_down",
-                        headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return APIError(
+            503,
+            str(exc),
+            "service_unavailable_error",
+            code="shutting_down",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     log.exception("unexpected error", exc_info=exc)
     return APIError(500, "internal server error", "internal_error")
 
 
 def error_response(exc: Exception) -> JSONResponse:
     err = to_api_error(exc)
-    return JSONResponse(error_body(err.message, err.type, err.param, err.code), status_code=err.status,
-                        headers=err.headers)
+    return JSONResponse(
+        error_body(err.message, err.type, err.param, err.code), status_code=err.status, headers=err.headers
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -59,8 +78,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         if first.get("type") == "json_invalid":
-            return error_response(APIError(400, f"invalid JSON body: {first.get('ctx', {}).get('error', '')}",
-                                           "invalid_request_error"))
+            return error_response(
+                APIError(400, f"invalid JSON body: {first.get('ctx', {}).get('error', '')}", "invalid_request_error")
+            )
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ".".join(loc) or None
         message = f"{param}: {first.get('msg')}" if param else str(first.get("msg", "invalid request body"))
@@ -74,8 +94,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
 
-    for cls in (APIError, InvalidRequestError, EngineOverloadedError, EngineStoppedError, EngineFailedError,
-                Exception):
+    for cls in (APIError, InvalidRequestError, EngineOverloadedError, EngineStoppedError, EngineFailedError, Exception):
         app.add_exception_handler(cls, _known)
 
 

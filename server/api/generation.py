@@ -1,5 +1,6 @@
 """What the two generation endpoints share: request ids, one engine request per prompt with
 their output streams merged, cancellation on client disconnect, and the access-log line."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,8 @@ from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient, RequestStream
 from argosy.server.api.error_responses import APIError
-from argosy.server.outputs import RequestOutput
 from argosy.server.engine.sequence import Request
+from argosy.server.outputs import RequestOutput
 
 access_log = logging.getLogger("argosy.access")
 DISCONNECTED = object()  # what cancel_on_disconnect returns when the client went away
@@ -32,8 +33,9 @@ def engine_request_id(request_id: str, index: int = 0) -> str:
 
 def check_model(requested: str, served: str) -> None:
     if requested != served:
-        raise APIError(404, f"The model `{requested}` does not exist.", "invalid_request_error", "model",
-                       "model_not_found")
+        raise APIError(
+            404, f"The model `{requested}` does not exist.", "invalid_request_error", "model", "model_not_found"
+        )
 
 
 class Generation:
@@ -93,17 +95,25 @@ class Generation:
 
     def _log(self, error: Exception | None) -> None:
         outputs = list(self.latest.values())
-        first_tokens = [o.metrics.first_token_time - o.metrics.arrival_time for o in outputs
-                        if o.metrics and o.metrics.first_token_time]
+        first_tokens = [
+            o.metrics.first_token_time - o.metrics.arrival_time
+            for o in outputs
+            if o.metrics and o.metrics.first_token_time
+        ]
         reasons = [c.finish_reason or ("error" if error else "abort") for o in outputs for c in o.outputs]
-        access_log.info("request", extra={"fields": {
-            "request_id": self.request_id,
-            "prompt_tokens": sum(len(r.prompt_token_ids) for r in self.requests),
-            "generated_tokens": sum(len(c.token_ids) for o in outputs for c in o.outputs),
-            "ttft_s": round(min(first_tokens), 4) if first_tokens else None,
-            "total_s": round(time.monotonic() - self._start, 4),
-            "finish_reason": ",".join(sorted(set(reasons))) or ("error" if error else "abort"),
-        }})
+        access_log.info(
+            "request",
+            extra={
+                "fields": {
+                    "request_id": self.request_id,
+                    "prompt_tokens": sum(len(r.prompt_token_ids) for r in self.requests),
+                    "generated_tokens": sum(len(c.token_ids) for o in outputs for c in o.outputs),
+                    "ttft_s": round(min(first_tokens), 4) if first_tokens else None,
+                    "total_s": round(time.monotonic() - self._start, 4),
+                    "finish_reason": ",".join(sorted(set(reasons))) or ("error" if error else "abort"),
+                }
+            },
+        )
 
 
 async def cancel_on_disconnect(http: HTTPRequest, work: Awaitable):

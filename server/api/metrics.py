@@ -1,6 +1,7 @@
 """Prometheus metrics of one server, in its own registry, every series labelled with the
 served model name. Gauges are read at scrape time; counters and histograms are fed by the
 engine thread after each step."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,8 +10,28 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from argosy.server.outputs import RequestOutput
 
-_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                    20.0, 40.0, 80.0, 160.0, 640.0)
+_LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+)
 
 
 @dataclass
@@ -43,7 +64,9 @@ class ServerMetrics:
         self.generation_tokens = counter("argosy_generation_tokens_total", "Generated tokens")
         self.success = counter("argosy_request_success_total", "Finished requests", ("finished_reason",))
         self.preemptions = counter("argosy_num_preemptions_total", "Sequences preempted for lack of KV blocks")
-        self.prefix_queries = counter("argosy_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache")
+        self.prefix_queries = counter(
+            "argosy_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache"
+        )
         self.prefix_hits = counter("argosy_prefix_cache_hits_total", "Prompt tokens found in the prefix cache")
         self.ttft = histogram("argosy_time_to_first_token_seconds", "Time from arrival to the first token")
         self.itl = histogram("argosy_inter_token_latency_seconds", "Time between a request's successive tokens")
@@ -92,8 +115,9 @@ class ServerMetrics:
     def sync_engine_counters(self, preemptions: int, prefix_queries: int, prefix_hits: int) -> None:
         """Engine totals are cumulative; the counters advance by the difference."""
         last = self._engine_totals
-        for metric, value, before in zip((self.preemptions, self.prefix_queries, self.prefix_hits),
-                                         (preemptions, prefix_queries, prefix_hits), last):
+        for metric, value, before in zip(
+            (self.preemptions, self.prefix_queries, self.prefix_hits), (preemptions, prefix_queries, prefix_hits), last
+        ):
             if value > before:
                 self.label(metric).inc(value - before)
         self._engine_totals = (preemptions, prefix_queries, prefix_hits)

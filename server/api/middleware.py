@@ -1,4 +1,5 @@
 """ASGI middleware in front of every route: the API key on /v1/*, and the body-size limit."""
+
 from __future__ import annotations
 
 from fastapi.responses import JSONResponse
@@ -14,10 +15,15 @@ class APIKeyCheck:
         self.app, self.expected = app, f"Bearer {key}".encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1") \
-                and dict(scope.get("headers") or []).get(b"authorization") != self.expected:
-            response = JSONResponse(error_body("invalid or missing API key", "authentication_error",
-                                               code="invalid_api_key"), status_code=401)
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith("/v1")
+            and dict(scope.get("headers") or []).get(b"authorization") != self.expected
+        ):
+            response = JSONResponse(
+                error_body("invalid or missing API key", "authentication_error", code="invalid_api_key"),
+                status_code=401,
+            )
             return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -54,6 +60,8 @@ class BodySizeLimit:
         await self.app(scope, limited_receive, guarded_send)
 
     async def _reject(self, send) -> None:
-        response = JSONResponse(error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error",
-                                           code="request_too_large"), status_code=413)
+        response = JSONResponse(
+            error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error", code="request_too_large"),
+            status_code=413,
+        )
         await response({"type": "http"}, None, send)

@@ -1,5 +1,6 @@
 """Request bodies of the OpenAI API (plus vLLM's extra sampling fields), as pydantic
 models that turn themselves into SamplingParams. Unknown fields are ignored, as OpenAI does."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,9 +16,23 @@ class StreamOptions(BaseModel):
 
 
 # The request fields that are SamplingParams fields of the same name.
-_SAMPLING_FIELDS = {"n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
-                    "frequency_penalty", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
-                    "skip_special_tokens", "include_stop_str_in_output"}
+_SAMPLING_FIELDS = {
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_tokens",
+    "ignore_eos",
+    "stop_token_ids",
+    "skip_special_tokens",
+    "include_stop_str_in_output",
+}
 
 
 class SamplingFields(BaseModel):
@@ -111,5 +126,3 @@ class ChatCompletionRequest(SamplingFields):
             raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         return self.sampling_params(max_tokens, (self.top_logprobs or 0) if self.logprobs else None)
-
-

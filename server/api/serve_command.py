@@ -3,6 +3,7 @@
 On the first SIGTERM (or SIGINT) /health turns 503 and new requests get 503 while requests
 in flight finish, for at most --shutdown-timeout seconds; whatever is still running then ends
 with an error event, and the process exits 0. A second signal exits at once."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,10 +14,10 @@ import time
 
 import uvicorn
 
-from argosy.server.api.app import build_app
-from argosy.server.api.log_format import configure_logging
 from argosy.flags import add_flags, config_from_args
+from argosy.server.api.app import build_app
 from argosy.server.api.engine_client import EngineClient
+from argosy.server.api.log_format import configure_logging
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
@@ -74,8 +75,12 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(config.log_format)
     app = build_app(config)
     state: ServerState = app.state.argosy
-    server = DrainingServer(uvicorn.Config(app, host=config.host, port=config.port, access_log=False,
-                                           log_config=None, timeout_graceful_shutdown=5), state)
+    server = DrainingServer(
+        uvicorn.Config(
+            app, host=config.host, port=config.port, access_log=False, log_config=None, timeout_graceful_shutdown=5
+        ),
+        state,
+    )
 
     async def watch_loading() -> None:
         while state.client is None and state.load_error is None:

@@ -1,5 +1,6 @@
 """ServerConfig: every setting of `argosy serve` beyond the engine's, with its flag's default
 and help, and the engine's own EngineConfig."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

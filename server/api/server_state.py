@@ -1,5 +1,6 @@
 """ServerState: what the routes share (the configuration, the metrics, the engine once loaded,
 whether the server drains)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """From cumulative outputs to what a client reads: per-choice deltas (text, tokens, logprobs
 and their text offsets), usage, and the server-sent events of a streamed call."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,8 +41,12 @@ class DeltaTracker:
     def delta(self, index: int, choice: CompletionOutput, prefix: str = "") -> Delta | None:
         text_len, tokens, offset, finished = self.sent.get(index, (0, 0, len(prefix), False))
         text = prefix + choice.text
-        if finished or (index in self.sent and len(text) == text_len and len(choice.token_ids) == tokens
-                        and not choice.finish_reason):
+        if finished or (
+            index in self.sent
+            and len(text) == text_len
+            and len(choice.token_ids) == tokens
+            and not choice.finish_reason
+        ):
             return None
         logprobs = choice.logprobs[tokens:] if choice.logprobs is not None else None
         new_ids = choice.token_ids[tokens:]
@@ -52,8 +57,9 @@ class DeltaTracker:
 
 def top_k(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
     """The k most likely (token id, logprob) of one logprobs entry, best first."""
-    return sorted(((t, lp) for t, lp in entry.items() if lp.rank is not None and lp.rank <= k),
-                  key=lambda item: item[1].rank)
+    return sorted(
+        ((t, lp) for t, lp in entry.items() if lp.rank is not None and lp.rank <= k), key=lambda item: item[1].rank
+    )
 
 
 def usage(outputs: list[RequestOutput]) -> dict[str, int]:
@@ -66,9 +72,14 @@ def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def stream_events(gen: Generation, n: int, chunk: Callable[[int, Delta], dict],
-                        usage_chunk: Callable[[dict], dict] | None, preamble: list[dict] = (),
-                        prefix: Callable[[int], str] = lambda prompt_index: "") -> AsyncIterator[str]:
+async def stream_events(
+    gen: Generation,
+    n: int,
+    chunk: Callable[[int, Delta], dict],
+    usage_chunk: Callable[[dict], dict] | None,
+    preamble: list[dict] = (),
+    prefix: Callable[[int], str] = lambda prompt_index: "",
+) -> AsyncIterator[str]:
     """The SSE body of a streamed call: one chunk per choice per step with something new,
     then usage if asked for, then [DONE]. An error mid-stream becomes an error event."""
     tracker = DeltaTracker()

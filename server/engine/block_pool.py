@@ -4,6 +4,7 @@ cache that maps a full block's content hash to the block holding it.
 A block with reference count 0 is free, but keeps its contents and its hash until it is
 handed out again, so a later request with the same prefix can still reuse it. Free blocks
 are handed out least recently freed first."""
+
 from __future__ import annotations
 
 from collections import OrderedDict

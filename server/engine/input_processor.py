@@ -1,6 +1,7 @@
 """InputProcessor: turns a prompt (text or token ids) and its SamplingParams into a validated
 Request, without touching the engine's queues, so that the HTTP layer may do it while the
 engine steps."""
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,9 @@ class InputProcessor:
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
 
-    def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                     arrival_time: float | None = None) -> Request:
+    def make_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, arrival_time: float | None = None
+    ) -> Request:
         """Raises InvalidRequestError, naming the field, when the request cannot be served."""
         params.validate()
         text = prompt if isinstance(prompt, str) else None
@@ -33,18 +35,22 @@ class InputProcessor:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
         if bad is not None:
-            raise InvalidRequestError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})",
-                                      param="prompt")
+            raise InvalidRequestError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
         if len(token_ids) >= max_len:
-            raise InvalidRequestError(f"the prompt has {len(token_ids)} tokens; max_model_len is {max_len}, "
-                                      "which leaves no room for output", param="prompt")
+            raise InvalidRequestError(
+                f"the prompt has {len(token_ids)} tokens; max_model_len is {max_len}, which leaves no room for output",
+                param="prompt",
+            )
         if params.max_tokens is not None and len(token_ids) + params.max_tokens > max_len:
             raise InvalidRequestError(
                 f"max_tokens ({params.max_tokens}) plus the prompt's {len(token_ids)} tokens exceeds max_model_len "
-                f"({max_len})", param="max_tokens")
+                f"({max_len})",
+                param="max_tokens",
+            )
         bad = next((t for t in params.stop_token_ids if t >= vocab), None)
         if bad is not None:
-            raise InvalidRequestError(f"stop token id {bad} is outside the vocabulary [0, {vocab})",
-                                      param="stop_token_ids")
+            raise InvalidRequestError(
+                f"stop token id {bad} is outside the vocabulary [0, {vocab})", param="stop_token_ids"
+            )
         if params.n > self.max_num_seqs:
             raise InvalidRequestError(f"n ({params.n}) exceeds max_num_seqs ({self.max_num_seqs})", param="n")

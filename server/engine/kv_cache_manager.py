@@ -3,6 +3,7 @@
 It finds a new sequence's longest cached prefix, takes blocks on demand as tokens arrive,
 copies a shared block before a sequence writes into it (copy-on-write), registers blocks
 in the prefix cache as they fill, and returns every block when a sequence leaves."""
+
 from __future__ import annotations
 
 import hashlib
@@ -116,11 +117,14 @@ class KVCacheManager:
 
     def _must_copy_last_block(self, seq: Sequence) -> bool:
         """The next token goes into a partly filled block that other sequences share."""
-        return (seq.num_computed_tokens % self.block_size != 0 and bool(seq.block_table)
-                and self.pool.ref_count(seq.block_table[-1]) > 1)
+        return (
+            seq.num_computed_tokens % self.block_size != 0
+            and bool(seq.block_table)
+            and self.pool.ref_count(seq.block_table[-1]) > 1
+        )
 
     def _extend_hashes(self, seq: Sequence, num_tokens: int) -> None:
         bs = self.block_size
         for i in range(len(seq.block_hashes), num_tokens // bs):
             parent = seq.block_hashes[i - 1] if i else None
-            seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs:(i + 1) * bs]))
+            seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs : (i + 1) * bs]))

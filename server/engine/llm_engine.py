@@ -1,5 +1,6 @@
 """LLMEngine: the loop's body. `add_request` queues, `step` runs one iteration (schedule,
 execute, update from the output) and returns what changed, `abort` withdraws a request."""
+
 from __future__ import annotations
 
 import itertools
@@ -33,32 +34,38 @@ class LLMEngine:
         self.model_config = ModelConfig.from_folder(path)
         self.limits = resolve_limits(config, self.model_config)
         self.tokenizer = Tokenizer(path)
-        self.inputs = InputProcessor(self.tokenizer, self.model_config.vocab_size, self.limits.max_model_len,
-                                     config.max_num_seqs)
+        self.inputs = InputProcessor(
+            self.tokenizer, self.model_config.vocab_size, self.limits.max_model_len, config.max_num_seqs
+        )
         device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.model_config, device)
         torch.manual_seed(config.seed)
-        self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len,
-                                  config.block_size)
+        self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len, config.block_size)
         largest_step = min(self.limits.max_num_batched_tokens, self.limits.max_model_len)
-        budget = kv_cache_budget(config, device,
-                                 lambda: self.runner.profile_peak_bytes(largest_step, config.max_num_seqs))
-        num_blocks = num_kv_blocks(budget, kv_bytes_per_block(self.model_config, config.block_size, self.dtype),
-                                   self.limits.max_model_len, config.block_size)
+        budget = kv_cache_budget(
+            config, device, lambda: self.runner.profile_peak_bytes(largest_step, config.max_num_seqs)
+        )
+        num_blocks = num_kv_blocks(
+            budget,
+            kv_bytes_per_block(self.model_config, config.block_size, self.dtype),
+            self.limits.max_model_len,
+            config.block_size,
+        )
         self.runner.allocate_kv_cache(num_blocks)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens,
-                                   config.enable_chunked_prefill)
-        eos = self.model_config.eos_token_ids or tuple(
-            t for t in (self.tokenizer.eos_token_id,) if t is not None)
+        self.scheduler = Scheduler(
+            self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill
+        )
+        eos = self.model_config.eos_token_ids or tuple(t for t in (self.tokenizer.eos_token_id,) if t is not None)
         self.sampler = Sampler(eos)
         self.outputs = OutputProcessor(self.tokenizer, eos, self.limits.max_model_len)
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self.outputs, self._seq_ids)
 
-    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams,
-                    arrival_time: float | None = None) -> None:
+    def add_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, arrival_time: float | None = None
+    ) -> None:
         """Queues a prompt (text, or token ids). Raises InvalidRequestError, with nothing
         allocated, when the request cannot be served."""
         self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time))

@@ -1,15 +1,16 @@
 """OutputProcessor: appends each sampled token to its sequence, decides whether the
 sequence is finished (eos, stop tokens, stop strings, max_tokens, max_model_len), and builds
 the RequestOutputs the caller sees."""
+
 from __future__ import annotations
 
 import time
 
-from argosy.server.text.detokenizer import IncrementalDetokenizer
-from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from argosy.server.worker.sampler import TokenLogprobs
 from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from argosy.server.text.detokenizer import IncrementalDetokenizer
 from argosy.server.text.tokenizer import Tokenizer
+from argosy.server.worker.sampler import TokenLogprobs
 
 
 class OutputProcessor:
@@ -22,8 +23,12 @@ class OutputProcessor:
     def start(self, seq: Sequence) -> None:
         p = seq.params
         self._detokenizers[seq.seq_id] = IncrementalDetokenizer(
-            self.tokenizer, seq.request.prompt_token_ids, p.skip_special_tokens, p.stop_strings,
-            p.include_stop_str_in_output)
+            self.tokenizer,
+            seq.request.prompt_token_ids,
+            p.skip_special_tokens,
+            p.stop_strings,
+            p.include_stop_str_in_output,
+        )
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         self._detokenizers[child.seq_id] = self._detokenizers[parent.seq_id].copy()
@@ -43,8 +48,9 @@ class OutputProcessor:
             seq.finish_reason, seq.stop_reason = "stop", token_id
         elif stop_string is not None:
             seq.finish_reason, seq.stop_reason = "stop", stop_string
-        elif (p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens) \
-                or seq.num_tokens >= self.max_model_len:
+        elif (
+            p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens
+        ) or seq.num_tokens >= self.max_model_len:
             seq.finish_reason = "length"
         if seq.finish_reason is not None and stop_string is None:
             self._detokenizers[seq.seq_id].flush()
@@ -59,10 +65,18 @@ class OutputProcessor:
         if finished:
             request.finished_time = request.finished_time or time.monotonic()
             self.release(request)
-        metrics = RequestMetrics(request.arrival_time, request.first_scheduled_time, request.first_token_time,
-                                 request.finished_time)
-        return RequestOutput(request.request_id, request.prompt, request.prompt_token_ids, outputs, finished,
-                             request.num_cached_tokens, metrics)
+        metrics = RequestMetrics(
+            request.arrival_time, request.first_scheduled_time, request.first_token_time, request.finished_time
+        )
+        return RequestOutput(
+            request.request_id,
+            request.prompt,
+            request.prompt_token_ids,
+            outputs,
+            finished,
+            request.num_cached_tokens,
+            metrics,
+        )
 
     def release(self, request: Request) -> None:
         for seq in request.seqs:
@@ -72,8 +86,15 @@ class OutputProcessor:
         detok = self._detokenizers.get(seq.seq_id)
         text = detok.output_text(seq.finish_reason is not None) if detok else ""
         wanted = seq.params.logprobs is not None
-        return CompletionOutput(seq.index, text, seq.output_token_ids, seq.cumulative_logprob if wanted else None,
-                                list(seq.logprobs) if wanted else None, seq.finish_reason, seq.stop_reason)
+        return CompletionOutput(
+            seq.index,
+            text,
+            seq.output_token_ids,
+            seq.cumulative_logprob if wanted else None,
+            list(seq.logprobs) if wanted else None,
+            seq.finish_reason,
+            seq.stop_reason,
+        )
 
     def _logprob_entry(self, lp: TokenLogprobs) -> dict[int, Logprob]:
         text = self.tokenizer.token_text

@@ -2,6 +2,7 @@
 sequence; when the prompt is done, the other n - 1 sequences fork from it. They share its
 blocks (a shared block is copied before anyone writes into it) and sample their first token
 from the same logits row. The rest of the engine never branches on n."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

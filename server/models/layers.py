@@ -1,4 +1,5 @@
 """Building blocks of the decoder: RMSNorm, the gated MLP and rotary position embedding."""
+
 from __future__ import annotations
 
 import math
@@ -72,7 +73,8 @@ def scale_inv_freq(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
     high_freq_wavelen = rope.original_max_position / rope.high_freq_factor
     scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq)
     smooth = (rope.original_max_position / wavelen - rope.low_freq_factor) / (
-        rope.high_freq_factor - rope.low_freq_factor)
+        rope.high_freq_factor - rope.low_freq_factor
+    )
     blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
     medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
     return torch.where(medium, blended, scaled)

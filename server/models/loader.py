@@ -2,6 +2,7 @@
 
 Checkpoint names follow Hugging Face; our model fuses q/k/v and gate/up into single matmuls,
 so each checkpoint tensor lands in a slice of one of our parameters."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,15 +10,18 @@ import re
 
 import torch
 
-from argosy.server.models.checkpoint import iter_tensors
 from argosy.server.exceptions import CheckpointError
-from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.checkpoint import iter_tensors
 from argosy.server.models.decoder import CausalLM
 from argosy.server.models.layers import RotaryEmbedding
+from argosy.server.models.model_config import ModelConfig
 
 _FUSED = {
-    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
 }
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 
@@ -38,15 +42,19 @@ def load_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_p
             raise CheckpointError(cfg.path, f"unexpected tensor {name!r} for {cfg.architecture}")
         dest = _slice(params[target], part, cfg, target)
         if dest.shape != tensor.shape:
-            raise CheckpointError(cfg.path, f"tensor {name!r} has shape {list(tensor.shape)}, "
-                                            f"expected {list(dest.shape)}")
+            raise CheckpointError(
+                cfg.path, f"tensor {name!r} has shape {list(tensor.shape)}, expected {list(dest.shape)}"
+            )
         with torch.no_grad():
             dest.copy_(tensor)
         loaded.add((target, part))
     missing = [name for name in params if not _fully_loaded(name, loaded)]
     if missing:
-        raise CheckpointError(cfg.path, f"missing tensors for: {', '.join(missing[:5])}"
-                                        + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+        raise CheckpointError(
+            cfg.path,
+            f"missing tensors for: {', '.join(missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
+        )
     return model.eval()
 
 
@@ -56,7 +64,7 @@ def _target(name: str) -> tuple[str, int]:
     for i, part in enumerate(parts):
         if part in _FUSED:
             fused, index = _FUSED[part]
-            return ".".join(parts[:i] + [fused] + parts[i + 1:]), index
+            return ".".join([*parts[:i], fused, *parts[i + 1 :]]), index
     return name, -1
 
 

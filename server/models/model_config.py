@@ -1,5 +1,6 @@
 """ModelConfig: what the engine needs to know about a checkpoint, read from its
 config.json. The per-architecture differences of our one decoder live in `ARCHITECTURES`."""
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,8 @@ class ModelConfig:
         if arch not in ARCHITECTURES:
             raise UnsupportedModelError(
                 folder / "config.json",
-                f"architecture {arch!r} is not supported (supported: {', '.join(ARCHITECTURES)})")
+                f"architecture {arch!r} is not supported (supported: {', '.join(ARCHITECTURES)})",
+            )
         traits = ARCHITECTURES[arch]
         if raw.get("hidden_act", "silu") != "silu":
             raise UnsupportedModelError(folder / "config.json", f"hidden_act {raw['hidden_act']!r} is not supported")
@@ -90,8 +92,9 @@ class ModelConfig:
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             torch_dtype=raw.get("torch_dtype") or raw.get("dtype"),
             sliding_window=raw.get("sliding_window") if raw.get("use_sliding_window", True) else None,
-            eos_token_ids=tuple(dict.fromkeys(
-                _token_ids(raw.get("eos_token_id")) + _token_ids(generation.get("eos_token_id")))),
+            eos_token_ids=tuple(
+                dict.fromkeys(_token_ids(raw.get("eos_token_id")) + _token_ids(generation.get("eos_token_id")))
+            ),
             bos_token_id=raw.get("bos_token_id"),
         )
 
@@ -114,8 +117,9 @@ def _rope_config(raw: dict, folder: Path) -> RopeConfig:
     params.update(raw.get("rope_parameters") or {})
     rope_type = params.get("rope_type") or params.get("type") or "default"
     if rope_type not in ROPE_TYPES:
-        raise UnsupportedModelError(folder / "config.json",
-                                    f"rope type {rope_type!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+        raise UnsupportedModelError(
+            folder / "config.json", f"rope type {rope_type!r} is not supported (supported: {', '.join(ROPE_TYPES)})"
+        )
     return RopeConfig(
         theta=float(params.get("rope_theta", raw.get("rope_theta", 10000.0))),
         type=rope_type,

@@ -1,5 +1,6 @@
 """Rendering a checkpoint's chat template in a sandboxed Jinja environment: templates come
 with checkpoints, so they must not reach Python objects beyond the messages."""
+
 from __future__ import annotations
 
 import json
@@ -25,14 +26,18 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
         if not isinstance(message, dict) or "role" not in message:
             raise InvalidRequestError(f"messages[{i}] must be an object with a 'role'", param=f"messages[{i}]")
         if message["role"] not in ROLES:
-            raise InvalidRequestError(f"messages[{i}].role {message['role']!r} is not one of {', '.join(ROLES)}",
-                                      param=f"messages[{i}].role")
+            raise InvalidRequestError(
+                f"messages[{i}].role {message['role']!r} is not one of {', '.join(ROLES)}", param=f"messages[{i}].role"
+            )
         content = message.get("content")
         if isinstance(content, list):
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content):
-                raise InvalidRequestError(f"messages[{i}].content: only text parts with string text are supported",
-                                          param=f"messages[{i}].content")
+            if not all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+            ):
+                raise InvalidRequestError(
+                    f"messages[{i}].content: only text parts with string text are supported",
+                    param=f"messages[{i}].content",
+                )
             content = "".join(p.get("text", "") for p in content)
         if content is not None and not isinstance(content, str):
             raise InvalidRequestError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
@@ -40,11 +45,13 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
     return result
 
 
-def render(template: str, messages: list[dict[str, Any]], add_generation_prompt: bool,
-           special_tokens: dict[str, str]) -> str:
+def render(
+    template: str, messages: list[dict[str, Any]], add_generation_prompt: bool, special_tokens: dict[str, str]
+) -> str:
     try:
-        return _compile(template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         **special_tokens)
+        return _compile(template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
+        )
     except InvalidRequestError:
         raise
     except TemplateError as exc:

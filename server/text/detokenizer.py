@@ -1,5 +1,6 @@
 """IncrementalDetokenizer: turns a sequence's tokens into text one token at a time,
 right across multi-byte characters split over several tokens, and finds stop strings."""
+
 from __future__ import annotations
 
 from argosy.server.text.tokenizer import Tokenizer
@@ -10,8 +11,14 @@ _CONTEXT_TOKENS = 5
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer: Tokenizer, prompt_ids: list[int], skip_special_tokens: bool,
-                 stop_strings: tuple[str, ...], include_stop_str: bool):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        prompt_ids: list[int],
+        skip_special_tokens: bool,
+        stop_strings: tuple[str, ...],
+        include_stop_str: bool,
+    ):
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
         self.ids = list(prompt_ids[-_CONTEXT_TOKENS:])
@@ -29,7 +36,7 @@ class IncrementalDetokenizer:
         prefix, full = self._decode_unread()
         if len(full) <= len(prefix) or full.endswith("\ufffd"):
             return None  # an incomplete character: wait for the next token
-        delta = full[len(prefix):]
+        delta = full[len(prefix) :]
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         self.text += delta
         return self._find_stop(len(delta)) if check_stop else None
@@ -37,31 +44,36 @@ class IncrementalDetokenizer:
     def output_text(self, finished: bool) -> str:
         if finished or not self.holdback:
             return self.text
-        return self.text[:max(0, len(self.text) - self.holdback)]
+        return self.text[: max(0, len(self.text) - self.holdback)]
 
     def _find_stop(self, new_chars: int) -> str | None:
         """The stop string that occurs first in the text (only new text can complete one)."""
-        found = [(idx, stop) for stop in self.stop_strings
-                 if (idx := self.text.find(stop, max(0, len(self.text) - new_chars - len(stop) + 1))) >= 0]
+        found = [
+            (idx, stop)
+            for stop in self.stop_strings
+            if (idx := self.text.find(stop, max(0, len(self.text) - new_chars - len(stop) + 1))) >= 0
+        ]
         if not found:
             return None
         idx, stop = min(found)
-        self.text = self.text[:idx + (len(stop) if self.include_stop_str else 0)]
+        self.text = self.text[: idx + (len(stop) if self.include_stop_str else 0)]
         return stop
 
     def flush(self) -> None:
         """At the end, emits whatever is left, even an incomplete character."""
         if self.read_offset < len(self.ids):
             prefix, full = self._decode_unread()
-            self.text += full[len(prefix):]
+            self.text += full[len(prefix) :]
             self.read_offset = len(self.ids)
 
     def _decode_unread(self) -> tuple[str, str]:
         """The context window decoded without and with the tokens not yet read; the new text
         is what the second adds (decoding with context keeps word-initial spaces right)."""
         decode = self.tokenizer.decode
-        return (decode(self.ids[self.prefix_offset:self.read_offset], self.skip_special_tokens),
-                decode(self.ids[self.prefix_offset:], self.skip_special_tokens))
+        return (
+            decode(self.ids[self.prefix_offset : self.read_offset], self.skip_special_tokens),
+            decode(self.ids[self.prefix_offset :], self.skip_special_tokens),
+        )
 
     def copy(self) -> IncrementalDetokenizer:
         twin = object.__new__(IncrementalDetokenizer)

@@ -1,5 +1,6 @@
 """Tokenizer: a checkpoint's fast tokenizer (tokenizer.json) with its special tokens and
 chat template."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ from typing import Any
 
 from tokenizers import Tokenizer as FastTokenizer
 
-from argosy.server.text import chat_template
 from argosy.server.exceptions import CheckpointError, InvalidRequestError
+from argosy.server.text import chat_template
 
 
 class Tokenizer:
@@ -36,8 +37,9 @@ class Tokenizer:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:  # lone surrogates, as JSON's "\ud800" can carry
-            raise InvalidRequestError(f"the text is not valid Unicode ({exc.reason} at {exc.start})",
-                                      param="prompt") from exc
+            raise InvalidRequestError(
+                f"the text is not valid Unicode ({exc.reason} at {exc.start})", param="prompt"
+            ) from exc
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
@@ -60,20 +62,22 @@ class Tokenizer:
         except UnicodeDecodeError:
             return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-                            template: str | None = None) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, template: str | None = None
+    ) -> str:
         template = template or self.chat_template
         if template is None:
             raise InvalidRequestError("this model has no chat template; use a completion prompt", param="messages")
         special = {k: v or "" for k, v in self.special_tokens.items()}
-        return chat_template.render(template, chat_template.validate_messages(messages), add_generation_prompt,
-                                    special)
+        return chat_template.render(template, chat_template.validate_messages(messages), add_generation_prompt, special)
 
-    def encode_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-                    template: str | None = None) -> list[int]:
+    def encode_chat(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, template: str | None = None
+    ) -> list[int]:
         """A conversation as prompt tokens; the template writes the special tokens itself."""
-        return self.encode(self.apply_chat_template(messages, add_generation_prompt, template),
-                           add_special_tokens=False)
+        return self.encode(
+            self.apply_chat_template(messages, add_generation_prompt, template), add_special_tokens=False
+        )
 
 
 def _byte_level_alphabet() -> dict[str, int]:

@@ -1,4 +1,5 @@
 """The device and dtype an EngineConfig asks for, settled against the machine and the checkpoint."""
+
 from __future__ import annotations
 
 import typing

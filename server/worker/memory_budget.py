@@ -1,5 +1,6 @@
 """Sizing the KV cache: bytes per block, and the budget for all of them (a byte count on CPU;
 on GPU what `gpu_memory_utilization` leaves once the weights and the largest step fit)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,7 +26,9 @@ def num_kv_blocks(budget: int, block_bytes: int, max_model_len: int, block_size:
         raise InvalidRequestError(
             f"kv_cache_memory of {budget} bytes holds {num_blocks} blocks of {block_size} tokens, fewer than one "
             f"sequence of max_model_len {max_model_len} needs ({needed}); raise kv_cache_memory or lower "
-            "max_model_len", param="kv_cache_memory")
+            "max_model_len",
+            param="kv_cache_memory",
+        )
     return num_blocks
 
 

@@ -2,6 +2,7 @@
 padding, their positions, the cache slots their keys and values go to, the attention
 metadata every layer reuses, and the rows whose logits are wanted. Pure tensor building on
 the host, then one copy to the device."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,11 @@ def chunks_of(out: SchedulerOutput) -> list[SequenceChunk]:
     chunks = []
     for item in out.scheduled:
         start = item.seq.num_computed_tokens
-        chunks.append(SequenceChunk(item.seq.token_ids[start:start + item.num_new_tokens], start,
-                                    item.seq.block_table, item.completes))
+        chunks.append(
+            SequenceChunk(
+                item.seq.token_ids[start : start + item.num_new_tokens], start, item.seq.block_table, item.completes
+            )
+        )
     return chunks
 
 
@@ -51,10 +55,16 @@ def prepare_inputs(chunks: list[SequenceChunk], block_size: int, device: torch.d
     slots = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
     sampled = [i for i, chunk in enumerate(chunks) if chunk.sample]
     logits_rows = query_start_loc[1:][sampled] - 1
-    attention = build_metadata(slots.to(device), query_start_loc.to(device), (ctx_start + q_lens).to(device),
-                               block_tables.to(device), block_size)
-    return ModelInputs(torch.tensor(token_ids, dtype=torch.long).to(device), positions.to(device), attention,
-                       logits_rows.to(device))
+    attention = build_metadata(
+        slots.to(device),
+        query_start_loc.to(device),
+        (ctx_start + q_lens).to(device),
+        block_tables.to(device),
+        block_size,
+    )
+    return ModelInputs(
+        torch.tensor(token_ids, dtype=torch.long).to(device), positions.to(device), attention, logits_rows.to(device)
+    )
 
 
 def _pad(tables: list[list[int]]) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """ModelRunner: owns the model and the KV cache on the device. A step is two parts: its inputs
 are prepared (model_inputs.py), then one forward pass returns the logits of the sequences to
 sample. The memory-profiling pass goes through the same two parts."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,7 @@ from argosy.server.worker.model_inputs import ModelInputs, SequenceChunk, chunks
 
 
 class ModelRunner:
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_model_len: int,
-                 block_size: int):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_model_len: int, block_size: int):
         self.cfg, self.dtype, self.device, self.block_size = cfg, dtype, device, block_size
         self.model = load_model(cfg, dtype, device, max_model_len)
         self.kv_cache = self._empty_cache(0)
@@ -25,8 +25,16 @@ class ModelRunner:
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities,
         # and uninitialised memory could hold NaN.
         cfg = self.cfg
-        return torch.zeros(cfg.num_layers, 2, num_blocks, self.block_size, cfg.num_kv_heads, cfg.head_dim,
-                           dtype=self.dtype, device=self.device)
+        return torch.zeros(
+            cfg.num_layers,
+            2,
+            num_blocks,
+            self.block_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         self.kv_cache = self._empty_cache(num_blocks)

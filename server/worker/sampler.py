@@ -2,6 +2,7 @@
 batch. Penalties, min_tokens, temperature, top-k, top-p and min-p are applied as tensors;
 only seeded rows draw their noise one by one, from their own generator, which is what makes
 a seeded request's output independent of whatever else shares the batch."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:
     device, vocab = logits.device, logits.shape[-1]
     chosen = [seqs[i] for i in rows]
     counts = _token_counts([s.output_token_ids for s in chosen], vocab, device)
-    in_prompt = _token_counts([s.token_ids[:s.num_prompt_tokens] for s in chosen], vocab, device) > 0
+    in_prompt = _token_counts([s.token_ids[: s.num_prompt_tokens] for s in chosen], vocab, device) > 0
     rep = torch.tensor([s.params.repetition_penalty for s in chosen], device=device)[:, None]
     freq = torch.tensor([s.params.frequency_penalty for s in chosen], device=device)[:, None]
     pres = torch.tensor([s.params.presence_penalty for s in chosen], device=device)[:, None]
@@ -107,15 +108,17 @@ def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:
 
 def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
     width = max((len(t) for t in token_lists), default=0)
-    padded = torch.tensor([t + [vocab] * (width - len(t)) for t in token_lists], dtype=torch.long,
-                          device=device).view(len(token_lists), width)
+    padded = torch.tensor([t + [vocab] * (width - len(t)) for t in token_lists], dtype=torch.long, device=device).view(
+        len(token_lists), width
+    )
     counts = torch.zeros(len(token_lists), vocab + 1, device=device)
     counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=counts.dtype))
     return counts[:, :vocab]
 
 
-def _logprobs(raw: torch.Tensor, tokens: torch.Tensor, seqs: list[Sequence],
-              wanted: list[bool]) -> list[TokenLogprobs | None]:
+def _logprobs(
+    raw: torch.Tensor, tokens: torch.Tensor, seqs: list[Sequence], wanted: list[bool]
+) -> list[TokenLogprobs | None]:
     k = max((s.params.logprobs or 0) for s in seqs)
     chosen = raw.gather(1, tokens[:, None]).squeeze(1)
     ranks = (raw > chosen[:, None]).sum(dim=-1) + 1

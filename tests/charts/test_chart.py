@@ -1,6 +1,7 @@
 """The Helm chart: lints clean, renders valid objects for Kubernetes 1.29-1.34 with every
 option, carries the CRD unchanged, grants exactly the operator's RBAC table, and its values
 schema rejects bad values."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,30 +28,46 @@ DEFAULT_VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
 VERSIONS = ["1.29", "1.30", "1.31", "1.32", "1.33", "1.34"]
 OPTIONS = {
     "defaults": {},
-    "pod-monitor": {"metrics": {"podMonitor": {"enabled": True, "namespace": "monitoring",
-                                               "labels": {"release": "prometheus"}}}},
+    "pod-monitor": {
+        "metrics": {"podMonitor": {"enabled": True, "namespace": "monitoring", "labels": {"release": "prometheus"}}}
+    },
     "service-monitor": {"metrics": {"serviceMonitor": {"enabled": True, "interval": "30s"}}},
     "dashboard": {"grafana": {"dashboard": {"enabled": True}}},
-    "namespace-scope": {"rbac": {"scope": "namespace"}, "operator": {"namespaces": ["llm", "batch"]},
-                        "metrics": {"podMonitor": {"enabled": True}}},
+    "namespace-scope": {
+        "rbac": {"scope": "namespace"},
+        "operator": {"namespaces": ["llm", "batch"]},
+        "metrics": {"podMonitor": {"enabled": True}},
+    },
     "standalone": {"replicaCount": 1, "operator": {"peering": {"enabled": False}, "logFormat": "plain"}},
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
-    "scheduling": {"image": {"tag": "0.2.0", "pullPolicy": "Always"}, "imagePullSecrets": [{"name": "registry"}],
-                   "nodeSelector": {"kubernetes.io/os": "linux"}, "priorityClassName": "system-cluster-critical",
-                   "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
-                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                       "nodeSelectorTerms": [{"matchExpressions": [
-                           {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
-                   "podAnnotations": {"a": "b"}, "podLabels": {"team": "ml"},
-                   "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}}},
+    "scheduling": {
+        "image": {"tag": "0.2.0", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "registry"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "priorityClassName": "system-cluster-critical",
+        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}
+                    ]
+                }
+            }
+        },
+        "podAnnotations": {"a": "b"},
+        "podLabels": {"team": "ml"},
+        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
+    },
 }
 
 
 def render(values: dict) -> list[dict]:
     with helm_python.Chart.load(str(CHART)) as chart:
         files = chart.render(values, name="argosy", namespace="argosy-system")
-    return [doc for path, text in sorted(files.items()) if path.endswith(".yaml")
-            for doc in yaml.safe_load_all(text) if doc]
+    return [
+        doc for path, text in sorted(files.items()) if path.endswith(".yaml") for doc in yaml.safe_load_all(text) if doc
+    ]
 
 
 def crd_schema(name: str) -> dict:
@@ -94,15 +111,22 @@ def check_monitor(doc: dict, values: dict) -> None:
 def test_the_chart_carries_the_crd_unchanged():
     with helm_python.Chart.load(str(CHART)) as chart:
         shipped = {c["name"]: c["data"] for c in chart.crds}
-    assert shipped["crds/inferenceservices.argosy.dev.yaml"] == \
-        (ROOT / "crds" / "inferenceservices.argosy.dev.yaml").read_text()
+    assert (
+        shipped["crds/inferenceservices.argosy.dev.yaml"]
+        == (ROOT / "crds" / "inferenceservices.argosy.dev.yaml").read_text()
+    )
 
 
 def rules_of(docs: list[dict], kind: str, name: str | None = None) -> set[tuple[str, str, str]]:
-    return {(group, resource, verb) for doc in docs if doc["kind"] == kind
-            and (name is None or doc["metadata"]["name"] == name)
-            for rule in doc["rules"] for group in rule["apiGroups"] for resource in rule["resources"]
-            for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for doc in docs
+        if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)
+        for rule in doc["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def table(*tables) -> set[tuple[str, str, str]]:
@@ -111,8 +135,9 @@ def table(*tables) -> set[tuple[str, str, str]]:
 
 def test_rbac_is_exactly_the_operators_table():
     cluster = render({})
-    assert rules_of(cluster, "ClusterRole") == table(rbac.RULES, rbac.ADMISSION_RULES, rbac.PEERING_RULES,
-                                                     rbac.CLUSTER_RULES)
+    assert rules_of(cluster, "ClusterRole") == table(
+        rbac.RULES, rbac.ADMISSION_RULES, rbac.PEERING_RULES, rbac.CLUSTER_RULES
+    )
     scoped = render(OPTIONS["namespace-scope"])
     roles = [d for d in scoped if d["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["batch", "llm"]
@@ -121,8 +146,9 @@ def test_rbac_is_exactly_the_operators_table():
     assert rules_of(scoped, "ClusterRole") == table(rbac.CLUSTER_RULES)
     binding = next(d for d in cluster if d["kind"] == "ClusterRoleBinding")
     account = next(d for d in cluster if d["kind"] == "ServiceAccount")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
-                                    "namespace": "argosy-system"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "argosy-system"}
+    ]
 
 
 def operator_container(docs: list[dict]) -> dict:
@@ -151,9 +177,15 @@ def test_default_images_agree():
 
 
 BAD_VALUES = [
-    {"replicaCount": -1}, {"replicaCount": "two"}, {"unknownKey": True}, {"operator": {"watchAll": True}},
-    {"rbac": {"scope": "everywhere"}}, {"operator": {"logFormat": "xml"}}, {"image": {"pullPolicy": "Sometimes"}},
-    {"metrics": {"podMonitor": {"interval": "soon"}}}, {"operator": {"namespaces": ["Not_A_Namespace"]}},
+    {"replicaCount": -1},
+    {"replicaCount": "two"},
+    {"unknownKey": True},
+    {"operator": {"watchAll": True}},
+    {"rbac": {"scope": "everywhere"}},
+    {"operator": {"logFormat": "xml"}},
+    {"image": {"pullPolicy": "Sometimes"}},
+    {"metrics": {"podMonitor": {"interval": "soon"}}},
+    {"operator": {"namespaces": ["Not_A_Namespace"]}},
 ]
 
 
@@ -167,7 +199,7 @@ def test_values_schema_rejects_bad_values(values):
 
 
 def test_namespace_scope_needs_namespaces():
-    with pytest.raises(helm_python.HelmError, match="operator.namespaces"):
+    with pytest.raises(helm_python.HelmError, match=r"operator\.namespaces"):
         render({"rbac": {"scope": "namespace"}})
 
 
@@ -185,8 +217,12 @@ def test_dashboard_queries_only_metrics_the_server_exports():
     exported = {m.name for m in ServerMetrics("m").registry.collect()}
     exported |= {f"{name}_total" for name in exported} | {f"{name}_bucket" for name in exported}
     dashboard = json.loads((CHART / "dashboards" / "argosy.json").read_text())
-    used = {name for panel in dashboard["panels"] for target in panel["targets"]
-            for name in re.findall(r"argosy_[a-z_]+", target["expr"])}
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"argosy_[a-z_]+", target["expr"])
+    }
     assert used and used <= exported, used - exported
     configmap = next(d for d in render(OPTIONS["dashboard"]) if d["kind"] == "ConfigMap")
     assert json.loads(configmap["data"]["argosy.json"]) == dashboard

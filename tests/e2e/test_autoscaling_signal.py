@@ -2,6 +2,7 @@
 Prometheus scraping it with the labels a Kubernetes pod scrape attaches, and the exact query
 the operator writes into the ScaledObject. A burst of requests must show up as waiting
 requests (so the HPA would add replicas) and drain back to zero (so it would remove them)."""
+
 from __future__ import annotations
 
 import math
@@ -40,21 +41,36 @@ def prometheus(server, tmp_path):
     target = server.removeprefix("http://")
     # What a `kubernetes_sd_configs: [{role: pod}]` job yields before relabelling, and the
     # relabelling every pod scrape applies (a PodMonitor does the same).
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-              "scrape_configs": [{
-                  "job_name": "kubernetes-pods",
-                  "static_configs": [
-                      {"targets": [target], "labels": {"__meta_kubernetes_namespace": NAMESPACE,
-                                                       "__meta_kubernetes_pod_name": POD}},
-                      {"targets": [target], "labels": {"__meta_kubernetes_namespace": NAMESPACE,
-                                                       "__meta_kubernetes_pod_name": OTHER_POD}}],
-                  "relabel_configs": [
-                      {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-                      {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"}]}]}
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "kubernetes-pods",
+                "static_configs": [
+                    {
+                        "targets": [target],
+                        "labels": {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": POD},
+                    },
+                    {
+                        "targets": [target],
+                        "labels": {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": OTHER_POD},
+                    },
+                ],
+                "relabel_configs": [
+                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                ],
+            }
+        ],
+    }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     address = f"127.0.0.1:{free_port()}"
-    command = [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-               f"--web.listen-address={address}"]
+    command = [
+        binary,
+        f"--config.file={tmp_path / 'prometheus.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'data'}",
+        f"--web.listen-address={address}",
+    ]
     with running(command, f"http://{address}", "/-/ready", "Prometheus") as proc:
         yield proc.url
 
@@ -76,12 +92,17 @@ def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, pro
     threshold = float(trigger["triggers"][0]["metadata"]["threshold"])
     lo, hi = trigger["minReplicaCount"], trigger["maxReplicaCount"]
     # The query answers 0 even before any scrape (`or vector(0)`): wait for real samples of both pods.
-    wait_until(lambda: query(prometheus, f'count(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 2,
-               30, "the first scrapes")
+    wait_until(
+        lambda: query(prometheus, f'count(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 2,
+        30,
+        "the first scrapes",
+    )
 
     body = {"model": MODEL, "prompt": "a burst", "max_tokens": 300, "ignore_eos": True}
-    threads = [threading.Thread(target=lambda: httpx.post(f"{server}/v1/completions", json=body, timeout=300))
-               for _ in range(16)]
+    threads = [
+        threading.Thread(target=lambda: httpx.post(f"{server}/v1/completions", json=body, timeout=300))
+        for _ in range(16)
+    ]
     for t in threads:
         t.start()
     samples: list[tuple[float, float, int]] = []
@@ -104,5 +125,8 @@ def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, pro
     assert 0 < peak <= 15  # one request runs, at most fifteen wait; the canary pod is not counted
     assert max(r for _, _, r in samples) >= 2 and samples[-1][2] == lo
     # The other target is scraped at its own phase, up to a scrape interval later: wait for it too.
-    wait_until(lambda: query(prometheus, f'sum(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 0.0,
-               10, "the other scrape to drain too")
+    wait_until(
+        lambda: query(prometheus, f'sum(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 0.0,
+        10,
+        "the other scrape to drain too",
+    )

@@ -1,6 +1,7 @@
 """The GitOps examples: kustomize overlays build (with kubectl's own kustomize) into
 InferenceServices the CRD admits; Argo CD's health check reads the status the operator
 writes; Flux's manifests point at what exists."""
+
 from __future__ import annotations
 
 import subprocess
@@ -19,8 +20,12 @@ OVERLAYS = ["staging", "production"]
 
 
 def kustomize(overlay: str) -> list[dict]:
-    out = subprocess.run(["kubectl", "kustomize", str(ROOT / "examples" / "kustomize" / "overlays" / overlay)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "examples" / "kustomize" / "overlays" / overlay)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
@@ -64,8 +69,11 @@ def service_with(deployment: dict | None, problem: Problem | None = None, genera
 
 
 def deployment(ready: int) -> dict:
-    return {"metadata": {"generation": 1}, "spec": {"replicas": 2},
-            "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": ready}}
+    return {
+        "metadata": {"generation": 1},
+        "spec": {"replicas": 2},
+        "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2, "readyReplicas": ready},
+    }
 
 
 def test_argocd_health_follows_the_operators_conditions():
@@ -86,8 +94,12 @@ def test_argocd_applications_point_at_the_chart_and_an_overlay():
 
 
 def test_flux_manifests_point_at_the_chart_and_an_overlay():
-    docs = [d for f in ("argosy-operator.yaml", "assistant.yaml")
-            for d in yaml.safe_load_all((ROOT / "examples" / "flux" / f).read_text()) if d]
+    docs = [
+        d
+        for f in ("argosy-operator.yaml", "assistant.yaml")
+        for d in yaml.safe_load_all((ROOT / "examples" / "flux" / f).read_text())
+        if d
+    ]
     kinds = {d["kind"]: d for d in docs}
     assert set(kinds) == {"GitRepository", "HelmRelease", "Kustomization"}
     assert (ROOT / kinds["HelmRelease"]["spec"]["chart"]["spec"]["chart"]).joinpath("Chart.yaml").is_file()

@@ -1,5 +1,6 @@
 """The tiled paged-attention reference against plain causal attention computed one
 sequence at a time over contiguous keys."""
+
 from __future__ import annotations
 
 import pytest
@@ -54,9 +55,8 @@ def test_mixed_batch_matches_per_sequence_attention(block_size, heads, kv_heads,
     block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables])
     meta = build_metadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size)
     assert [t.q_index.shape[1] for t in meta.tiles] == [1, 64]
-    out = paged_attention(q, k_cache, v_cache, meta, head_dim ** -0.5)
-    expected = torch.cat([naive_attention(qi, k, v, c, head_dim ** -0.5)
-                          for qi, k, v, (c, _) in zip(qs, ks, vs, shapes)])
+    out = paged_attention(q, k_cache, v_cache, meta, head_dim**-0.5)
+    expected = torch.cat([naive_attention(qi, k, v, c, head_dim**-0.5) for qi, k, v, (c, _) in zip(qs, ks, vs, shapes)])
     torch.testing.assert_close(out.float(), expected, atol=tol, rtol=tol)
 
 

@@ -1,5 +1,6 @@
 """The operator against the Kubernetes API emulator, with kopf running in the test's loop:
 the resources it serves, the operator's own run, and reading and writing objects."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,6 @@ from typing import Any
 
 import kmock
 import kopf
-import yaml
 
 from argosy.operator import status
 from argosy.operator.kube import OWNED_KINDS
@@ -41,12 +41,21 @@ def declare_resources(emulator: ClusterEmulator, keda: bool) -> None:
     emulator.resources.load_bundled()
     names = CRD["spec"]["names"]
     emulator.resources[AIS] = kmock.ResourceInfo(
-        namespaced=True, kind=names["kind"], singular=names["singular"], shortnames=set(names["shortNames"]),
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status", "scale"})
+        namespaced=True,
+        kind=names["kind"],
+        singular=names["singular"],
+        shortnames=set(names["shortNames"]),
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+        subresources={"status", "scale"},
+    )
     if keda:
         emulator.resources[SCALED_OBJECTS] = kmock.ResourceInfo(
-            namespaced=True, kind="ScaledObject", singular="scaledobject",
-            verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status"})
+            namespaced=True,
+            kind="ScaledObject",
+            singular="scaledobject",
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            subresources={"status"},
+        )
 
 
 @contextlib.asynccontextmanager
@@ -64,8 +73,9 @@ async def running_operator(namespaces=(NS,)):
     settings.posting.level = 30
     stop = asyncio.Event()
     ready = asyncio.Event()
-    task = asyncio.create_task(kopf.operator(standalone=True, namespaces=list(namespaces), settings=settings,
-                                             stop_flag=stop, ready_flag=ready))
+    task = asyncio.create_task(
+        kopf.operator(standalone=True, namespaces=list(namespaces), settings=settings, stop_flag=stop, ready_flag=ready)
+    )
     await asyncio.wait_for(ready.wait(), 10)
     await eventually(lambda: watched(emulator, since) >= watching, what="the operator's watches to connect")
     try:
@@ -77,8 +87,11 @@ async def running_operator(namespaces=(NS,)):
 
 def watched(emulator: ClusterEmulator, since: int = 0) -> set[str]:
     """The plurals of the resources watched after request number `since`."""
-    return {r.resource.plural for r in list(emulator)[since:]
-            if r.resource is not None and r.params.get("watch") in ("true", "1")}
+    return {
+        r.resource.plural
+        for r in list(emulator)[since:]
+        if r.resource is not None and r.params.get("watch") in ("true", "1")
+    }
 
 
 def from_operator(request) -> bool:
@@ -116,12 +129,22 @@ def live(emulator: ClusterEmulator, resource, name: str, namespace: str = NS) ->
 
 
 def inference_service(name: str = "llama", **spec: Any) -> dict[str, Any]:
-    base = {"model": {"name": "llama-3-8b", "path": "llama-3-8b-instruct", "hostPath": "/mnt/nvme/models",
-                      "nodeSelector": {"argosy.dev/model-llama-3-8b": "true"}},
-            "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    base = {
+        "model": {
+            "name": "llama-3-8b",
+            "path": "llama-3-8b-instruct",
+            "hostPath": "/mnt/nvme/models",
+            "nodeSelector": {"argosy.dev/model-llama-3-8b": "true"},
+        },
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
     base.update(spec)
-    return {"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": NS}, "spec": base}
+    return {
+        "apiVersion": "argosy.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": base,
+    }
 
 
 def path(resource, name: str | None = None, namespace: str = NS, subresource: str | None = None) -> str:
@@ -134,16 +157,25 @@ async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int
     """Plays the Deployment controller: the rollout of the current generation has `ready` pods."""
     deployment = live(emulator, DEPLOYMENTS, name)
     replicas = deployment["spec"].get("replicas", 1)
-    status = {"observedGeneration": deployment["metadata"]["generation"], "replicas": replicas,
-              "updatedReplicas": replicas, "readyReplicas": ready, "availableReplicas": ready}
+    status = {
+        "observedGeneration": deployment["metadata"]["generation"],
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": ready,
+        "availableReplicas": ready,
+    }
     await patch(emulator, DEPLOYMENTS, name, {"status": status}, subresource="status")
 
 
-async def patch(emulator: ClusterEmulator, resource, name: str, body: dict[str, Any],
-                subresource: str | None = None) -> None:
+async def patch(
+    emulator: ClusterEmulator, resource, name: str, body: dict[str, Any], subresource: str | None = None
+) -> None:
     """A JSON merge patch, as `kubectl patch --type merge` sends it; it must succeed."""
-    response = await emulator.patch(path(resource, name, subresource=subresource), json=body,
-                                    headers={"Content-Type": "application/merge-patch+json"})
+    response = await emulator.patch(
+        path(resource, name, subresource=subresource),
+        json=body,
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
     assert response.status == 200, await response.text()
 
 
@@ -153,5 +185,10 @@ def ready_condition(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 def writes(emulator: ClusterEmulator, since: int = 0) -> list:
     """Create/patch/put/delete requests the emulator saw after request number `since`."""
-    return [r for r in list(emulator)[since:] if r.method.value in ("POST", "PATCH", "PUT", "DELETE")
-            and r.resource is not None and r.resource.plural != "events"]
+    return [
+        r
+        for r in list(emulator)[since:]
+        if r.method.value in ("POST", "PATCH", "PUT", "DELETE")
+        and r.resource is not None
+        and r.resource.plural != "events"
+    ]

@@ -1,5 +1,6 @@
 """The `cluster` fixture: an emulated API server with the CRD (and KEDA's) served, and a
 kubeconfig pointing at it."""
+
 from __future__ import annotations
 
 import kmock
@@ -16,11 +17,18 @@ async def cluster(tmp_path, monkeypatch):
         emulator.failures = {}
         declare_resources(emulator, keda=True)
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-            "clusters": [{"name": "emulator", "cluster": {"server": str(server.url).rstrip("/")}}],
-            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
-            "users": [{"name": "tester", "user": {"token": "test-token"}}]}))
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "emulator",
+                    "clusters": [{"name": "emulator", "cluster": {"server": str(server.url).rstrip("/")}}],
+                    "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
+                    "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                }
+            )
+        )
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
         point_kopf_at(emulator, str(server.url).rstrip("/"))
         yield emulator

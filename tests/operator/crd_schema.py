@@ -1,6 +1,7 @@
 """Offline stand-in for the API server's admission of InferenceServices: the CRD's
 structural schema (with defaults, as the server applies them) checked with jsonschema, and
 its CEL rules (x-kubernetes-validations) evaluated with cel-python."""
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,12 @@ def to_jsonschema(schema: dict[str, Any], root: bool = True) -> dict[str, Any]:
     if "properties" in schema:
         out["properties"] = {k: to_jsonschema(v, root=False) for k, v in schema["properties"].items()}
         if root:
-            out["properties"] = {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                 "metadata": {"type": "object"}, **out["properties"]}
+            out["properties"] = {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                **out["properties"],
+            }
         if not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
             out["additionalProperties"] = False
     if isinstance(schema.get("additionalProperties"), dict):

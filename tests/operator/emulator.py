@@ -2,20 +2,25 @@
 identity (uid, resourceVersion, generation, creationTimestamp), the status subresource,
 JSON patches with failing tests answered 422, PUT, label selectors, watches that resume
 from a resourceVersion, and garbage collection through ownerReferences."""
+
 from __future__ import annotations
 
 import copy
 import datetime
 import itertools
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp.web
 import jsonpatch
 import kmock
 from kmock._internal import apps, enums
-from kmock._internal.k8s import (KubernetesError, KubernetesObjectConflictError, KubernetesObjectNotFoundError,
-                                 KubernetesResourceNotFoundError)
+from kmock._internal.k8s import (
+    KubernetesError,
+    KubernetesObjectConflictError,
+    KubernetesObjectNotFoundError,
+    KubernetesResourceNotFoundError,
+)
 
 NOT_SPEC = ("metadata", "status", "apiVersion", "kind")
 
@@ -23,7 +28,7 @@ NOT_SPEC = ("metadata", "status", "apiVersion", "kind")
 class ClusterEmulator(kmock.KubernetesEmulator):
     _versions = itertools.count(1)
     # (HTTP method, plural) -> status to answer instead, for tests of API failures
-    failures: dict[tuple[str, str], int] = {}
+    failures: ClassVar[dict[tuple[str, str], int]] = {}
 
     def has_status_subresource(self, resource) -> bool:
         info = self.resources[resource] if resource in list(self._resources) else None
@@ -36,8 +41,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         if request.resource is not None and request.subresource == "scale":
             async with self._lock:
                 return aiohttp.web.json_response(await self._scale(request))
-        if request.resource is None or request.action in (enums.action.LIST, enums.action.WATCH,
-                                                          enums.action.FETCH) and request.method != "PUT":
+        if request.resource is None or (
+            request.action in (enums.action.LIST, enums.action.WATCH, enums.action.FETCH) and request.method != "PUT"
+        ):
             return await apps.RawHandler._handle(self, request)
         if not any(request.resource == declared for declared in self.resources):
             raise KubernetesResourceNotFoundError()  # e.g. a CRD that is not installed
@@ -68,8 +74,11 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         key = (request.resource, meta.get("namespace"), meta["name"])
         if key in self._objects and not self._objects[key].deleted:
             raise KubernetesObjectConflictError()
-        meta.update(uid=str(uuid.uuid4()), generation=1,
-                    creationTimestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        meta.update(
+            uid=str(uuid.uuid4()),
+            generation=1,
+            creationTimestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
         self._stamp(meta)
         if self.has_status_subresource(request.resource):
             obj.pop("status", None)
@@ -89,8 +98,11 @@ class ClusterEmulator(kmock.KubernetesEmulator):
     async def _patch(self, request) -> dict[str, Any]:
         current = self._existing(request.resource, request.namespace, request.name)
         try:
-            patched = (jsonpatch.apply_patch(current, request.data) if isinstance(request.data, list)
-                       else _merge(current, request.data))
+            patched = (
+                jsonpatch.apply_patch(current, request.data)
+                if isinstance(request.data, list)
+                else _merge(current, request.data)
+            )
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise KubernetesError(status=422, reason="Invalid", message=str(exc)) from exc
         if request.subresource == "status":
@@ -111,17 +123,24 @@ class ClusterEmulator(kmock.KubernetesEmulator):
             new["spec"] = {**new.get("spec", {}), "replicas": replicas}
             current = await self._store(request.resource, current, new)
         meta = current["metadata"]
-        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
-                "spec": {"replicas": current.get("spec", {}).get("replicas", 0)},
-                "status": {"replicas": (current.get("status") or {}).get("replicas", 0),
-                           "selector": (current.get("status") or {}).get("selector", "")}}
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")},
+            "spec": {"replicas": current.get("spec", {}).get("replicas", 0)},
+            "status": {
+                "replicas": (current.get("status") or {}).get("replicas", 0),
+                "selector": (current.get("status") or {}).get("selector", ""),
+            },
+        }
 
     async def _replace(self, request) -> dict[str, Any]:
         current = self._existing(request.resource, request.namespace, request.name)
         new = copy.deepcopy(request.data)
-        new["metadata"] = {**new.get("metadata", {}), **{k: current["metadata"][k] for k in
-                                                         ("uid", "creationTimestamp", "generation")}}
+        new["metadata"] = {
+            **new.get("metadata", {}),
+            **{k: current["metadata"][k] for k in ("uid", "creationTimestamp", "generation")},
+        }
         return await self._store(request.resource, current, new)
 
     async def _store(self, resource, current: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -162,8 +181,9 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         await self._buses[key[0]].put({"type": "DELETED", "object": raw})
         uid = raw["metadata"].get("uid")
         for (resource, namespace, name), child in list(self._objects.items()):
-            if not child.deleted and any(ref.get("uid") == uid for ref in
-                                         child.raw.get("metadata", {}).get("ownerReferences", [])):
+            if not child.deleted and any(
+                ref.get("uid") == uid for ref in child.raw.get("metadata", {}).get("ownerReferences", [])
+            ):
                 await self._delete(resource, namespace, name)
 
     async def _serve_list(self, request):

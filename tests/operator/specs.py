@@ -1,35 +1,83 @@
 """A table of InferenceService specs covering every option, shared by the builder tests."""
+
 from __future__ import annotations
 
-MODEL = {"name": "llama-3-8b-instruct", "path": "llama-3-8b-instruct", "hostPath": "/mnt/nvme/models",
-         "nodeSelector": {"argosy.dev/model-llama-3-8b": "true"}}
-AUTOSCALING = {"minReplicas": 1, "maxReplicas": 8, "targetWaitingRequests": 5,
-               "prometheusAddress": "http://prometheus.monitoring:9090"}
+MODEL = {
+    "name": "llama-3-8b-instruct",
+    "path": "llama-3-8b-instruct",
+    "hostPath": "/mnt/nvme/models",
+    "nodeSelector": {"argosy.dev/model-llama-3-8b": "true"},
+}
+AUTOSCALING = {
+    "minReplicas": 1,
+    "maxReplicas": 8,
+    "targetWaitingRequests": 5,
+    "prometheusAddress": "http://prometheus.monitoring:9090",
+}
 
 SPECS = {
     "plain-gpu": {"model": MODEL, "resources": {"limits": {"nvidia.com/gpu": 1}}},
-    "pvc": {"model": {"name": "qwen3-8b", "path": "Qwen3-8B", "persistentVolumeClaim": {"claimName": "models"}},
-            "replicas": 3, "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "40Gi"},
-                                         "requests": {"cpu": "4", "memory": "32Gi"}}},
+    "pvc": {
+        "model": {"name": "qwen3-8b", "path": "Qwen3-8B", "persistentVolumeClaim": {"claimName": "models"}},
+        "replicas": 3,
+        "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "40Gi"}, "requests": {"cpu": "4", "memory": "32Gi"}},
+    },
     "autoscaled": {"model": MODEL, "autoscaling": AUTOSCALING, "resources": {"limits": {"nvidia.com/gpu": 1}}},
-    "fractional-target": {"model": MODEL, "autoscaling": {**AUTOSCALING, "minReplicas": 2, "targetWaitingRequests": 2.5}},
-    "surge-rollout": {"model": MODEL, "rollout": {"maxSurge": 1, "maxUnavailable": 0},
-                      "disruptionBudget": {"maxUnavailable": "25%"}},
-    "tuned-engine": {"model": MODEL, "engine": {"maxModelLen": 8192, "maxNumSeqs": 128, "maxNumBatchedTokens": 8192,
-                                                "blockSize": 32, "gpuMemoryUtilization": 0.85, "dtype": "bfloat16",
-                                                "enablePrefixCaching": False, "enableChunkedPrefill": False,
-                                                "maxWaitingRequests": 64, "shutdownTimeoutSeconds": 120,
-                                                "apiKeySecretRef": {"name": "llm-keys", "key": "api-key"}}},
-    "cpu-node": {"model": MODEL, "engine": {"kvCacheMemory": 4294967296, "dtype": "float32"},
-                 "resources": {"requests": {"cpu": "8", "memory": "16Gi"}}},
-    "scheduling": {"model": MODEL, "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                   "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                       {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
-                                                           "labelSelector": {"matchLabels": {
-                                                               "app.kubernetes.io/instance": "svc"}}}}]}},
-                   "priorityClassName": "inference", "serviceAccountName": "llm",
-                   "imagePullSecrets": [{"name": "registry"}], "image": "registry.example.com/argosy:0.1.0",
-                   "imagePullPolicy": "Always", "podAnnotations": {"team": "ml"}, "startupTimeoutSeconds": 3600,
-                   "shmSize": "8Gi", "disruptionBudget": {"maxUnavailable": "50%"}},
+    "fractional-target": {
+        "model": MODEL,
+        "autoscaling": {**AUTOSCALING, "minReplicas": 2, "targetWaitingRequests": 2.5},
+    },
+    "surge-rollout": {
+        "model": MODEL,
+        "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+        "disruptionBudget": {"maxUnavailable": "25%"},
+    },
+    "tuned-engine": {
+        "model": MODEL,
+        "engine": {
+            "maxModelLen": 8192,
+            "maxNumSeqs": 128,
+            "maxNumBatchedTokens": 8192,
+            "blockSize": 32,
+            "gpuMemoryUtilization": 0.85,
+            "dtype": "bfloat16",
+            "enablePrefixCaching": False,
+            "enableChunkedPrefill": False,
+            "maxWaitingRequests": 64,
+            "shutdownTimeoutSeconds": 120,
+            "apiKeySecretRef": {"name": "llm-keys", "key": "api-key"},
+        },
+    },
+    "cpu-node": {
+        "model": MODEL,
+        "engine": {"kvCacheMemory": 4294967296, "dtype": "float32"},
+        "resources": {"requests": {"cpu": "8", "memory": "16Gi"}},
+    },
+    "scheduling": {
+        "model": MODEL,
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "svc"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "priorityClassName": "inference",
+        "serviceAccountName": "llm",
+        "imagePullSecrets": [{"name": "registry"}],
+        "image": "registry.example.com/argosy:0.1.0",
+        "imagePullPolicy": "Always",
+        "podAnnotations": {"team": "ml"},
+        "startupTimeoutSeconds": 3600,
+        "shmSize": "8Gi",
+        "disruptionBudget": {"maxUnavailable": "50%"},
+    },
 }

@@ -1,5 +1,6 @@
 """The pure builders: every object they produce is valid for real Kubernetes (strict schema
 validation, several versions) and for a real KEDA, and says what the spec asks."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,14 @@ KEDA_SCHEMA = yaml.safe_load((ROOT.parent / "shared" / "keda" / "keda.sh_scaledo
 
 def spec_of(name: str) -> InferenceServiceSpec:
     """The spec as the API server would store it: admitted, with the CRD's defaults."""
-    stored, errors = admit({"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
-                            "metadata": {"name": "svc", "namespace": "llm"}, "spec": SPECS[name]})
+    stored, errors = admit(
+        {
+            "apiVersion": "argosy.dev/v1alpha1",
+            "kind": "InferenceService",
+            "metadata": {"name": "svc", "namespace": "llm"},
+            "spec": SPECS[name],
+        }
+    )
     assert errors == []
     return InferenceServiceSpec.model_validate(stored["spec"])
 
@@ -65,8 +72,10 @@ def test_deployment_runs_argosy_serve_with_the_engine_flags():
     assert flags["--gpu-memory-utilization"] == "0.85" and flags["--max-num-seqs"] == "128"
     assert flags["--shutdown-timeout"] == "120" and flags["--max-waiting-requests"] == "64"
     assert "--no-enable-prefix-caching" in args and "--no-enable-chunked-prefill" in args
-    assert {"name": "ARGOSY_API_KEY", "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "api-key"}}} \
-        in container["env"]
+    assert {
+        "name": "ARGOSY_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "api-key"}},
+    } in container["env"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] > 120  # above the drain timeout
     # The parser of `argosy serve` accepts exactly these flags.
@@ -83,8 +92,12 @@ def test_pod_is_hardened_probed_and_mounts_the_model_read_only():
     spec = pod["spec"]
     container = spec["containers"][0]
     assert spec["securityContext"]["runAsNonRoot"] is True
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert container["resources"] == {"limits": {"nvidia.com/gpu": 1}}
     assert {"name": "model", "hostPath": {"path": "/mnt/nvme/models", "type": "Directory"}} in spec["volumes"]
     assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in spec["volumes"]
@@ -101,12 +114,15 @@ def test_pod_is_hardened_probed_and_mounts_the_model_read_only():
 
 def test_pvc_and_scheduling_options_reach_the_pod():
     pvc = build_deployment(OWNER, spec_of("pvc"))
-    assert {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} \
-        in pvc["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in pvc["spec"][
+        "template"
+    ]["spec"]["volumes"]
     assert pvc["spec"]["replicas"] == 3
     pod = build_deployment(OWNER, spec_of("scheduling"))["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"argosy.dev/model-llama-3-8b": "true",
-                                   "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["nodeSelector"] == {
+        "argosy.dev/model-llama-3-8b": "true",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu" and "podAntiAffinity" in pod["affinity"]
     assert pod["priorityClassName"] == "inference" and pod["serviceAccountName"] == "llm"
     assert build_pdb(OWNER, spec_of("scheduling"))["spec"]["maxUnavailable"] == "50%"
@@ -136,8 +152,13 @@ def test_the_query_matches_exactly_this_services_pods():
     query = waiting_requests_query(OWNER)
     assert 'argosy_num_requests_waiting{namespace="llm",pod=~"' in query
     pod_regex = re.search(r'pod=~"([^"]+)"', query).group(1)
-    for name, wanted in [("svc-7d9f8b6c5d-x2k4p", True), ("svc-5c8f-abcde", True), ("svc2-7d9f8b6c5d-x2k4p", False),
-                         ("svc-canary-7d9f8b6c5d-x2k4p", False), ("other-7d9f8b6c5d-x2k4p", False)]:
+    for name, wanted in [
+        ("svc-7d9f8b6c5d-x2k4p", True),
+        ("svc-5c8f-abcde", True),
+        ("svc2-7d9f8b6c5d-x2k4p", False),
+        ("svc-canary-7d9f8b6c5d-x2k4p", False),
+        ("other-7d9f8b6c5d-x2k4p", False),
+    ]:
         assert bool(re.fullmatch(pod_regex, name)) == wanted, name  # Prometheus anchors regexes
 
 
@@ -167,5 +188,7 @@ def test_engine_defaults_are_the_servers():
     defaults = server_config(parser.parse_args([]))
     config = server_config(parser.parse_args(server_args(spec_of("plain-gpu"))[1:]))
     assert config.engine == EngineConfig(model="/models/llama-3-8b-instruct", served_model_name="llama-3-8b-instruct")
-    assert (config.max_waiting_requests, config.shutdown_timeout) == (defaults.max_waiting_requests,
-                                                                      defaults.shutdown_timeout)
+    assert (config.max_waiting_requests, config.shutdown_timeout) == (
+        defaults.max_waiting_requests,
+        defaults.shutdown_timeout,
+    )

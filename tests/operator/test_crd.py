@@ -1,5 +1,6 @@
 """The CRD admits good InferenceServices and rejects bad ones, schema and CEL rules alike,
 with a message naming the field; its defaults are the operator's."""
+
 from __future__ import annotations
 
 import copy
@@ -14,8 +15,12 @@ CRD = load_crd()
 
 
 def resource(spec: dict) -> dict:
-    return {"apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService",
-            "metadata": {"name": "svc", "namespace": "llm"}, "spec": spec}
+    return {
+        "apiVersion": "argosy.dev/v1alpha1",
+        "kind": "InferenceService",
+        "metadata": {"name": "svc", "namespace": "llm"},
+        "spec": spec,
+    }
 
 
 def with_(path: str, value) -> dict:
@@ -51,8 +56,10 @@ BAD = [
     (with_("engine.gpuMemoryUtilization", 1.5), ["spec.engine.gpuMemoryUtilization", "maximum"]),
     (with_("engine.dtype", "int8"), ["spec.engine.dtype"]),
     (with_("engine.maxModelLen", 8), ["spec.engine.maxModelLen"]),
-    (with_("engine", {"enableChunkedPrefill": False, "maxModelLen": 8192, "maxNumBatchedTokens": 2048}),
-     ["spec.engine.maxNumBatchedTokens", "maxModelLen"]),
+    (
+        with_("engine", {"enableChunkedPrefill": False, "maxModelLen": 8192, "maxNumBatchedTokens": 2048}),
+        ["spec.engine.maxNumBatchedTokens", "maxModelLen"],
+    ),
     (with_("engine.shutdownTimeoutSeconds", -1), ["spec.engine.shutdownTimeoutSeconds"]),
     (with_("engine.apiKeySecretRef", {"name": "keys"}), ["spec.engine.apiKeySecretRef", "key"]),
     (with_("engine.extraFlag", True), ["spec.engine", "extraFlag"]),
@@ -112,9 +119,14 @@ def test_crd_shape():
     version = CRD["spec"]["versions"][0]
     assert CRD["spec"]["group"] == "argosy.dev" and version["name"] == "v1alpha1"
     assert CRD["spec"]["names"]["shortNames"] == ["ais"]
-    assert version["subresources"] == {"status": {}, "scale": {
-        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-        "labelSelectorPath": ".status.selector"}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Model"] == ".spec.model.name" and columns["URL"] == ".status.url"
     assert columns["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
@@ -133,8 +145,9 @@ def undescribed(schema, path: str) -> list[str]:
 
 def test_every_field_is_described_for_kubectl_explain():
     schema = openapi_schema(CRD)
-    assert undescribed(schema["properties"]["spec"], "spec") + undescribed(schema["properties"]["status"],
-                                                                            "status") == []
+    assert (
+        undescribed(schema["properties"]["spec"], "spec") + undescribed(schema["properties"]["status"], "status") == []
+    )
 
 
 def test_the_committed_crds_are_what_the_models_generate():

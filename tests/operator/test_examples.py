@@ -1,5 +1,6 @@
 """Every example in examples/ is admitted by the CRD and builds valid objects; and a real
 client, kubectl, applies one against the emulator and reaches the operator."""
+
 from __future__ import annotations
 
 import asyncio
@@ -36,9 +37,16 @@ async def test_kubectl_apply_reaches_the_operator(cluster):
     kubeconfig = os.environ["KUBECONFIG"]  # the cluster fixture points it at the emulator
     async with running_operator():
         proc = await asyncio.create_subprocess_exec(
-            "kubectl", "--kubeconfig", kubeconfig, "apply", "--validate=false", "-f",
+            "kubectl",
+            "--kubeconfig",
+            kubeconfig,
+            "apply",
+            "--validate=false",
+            "-f",
             str(ROOT / "examples" / "inferenceservice-gpu.yaml"),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, err.decode()
         assert "inferenceservice.argosy.dev/llama3-8b created" in out.decode()
@@ -51,14 +59,31 @@ async def test_kubectl_scale_sets_the_replica_count_through_the_scale_subresourc
     kubeconfig = os.environ["KUBECONFIG"]
     async with running_operator():
         apply = await asyncio.create_subprocess_exec(
-            "kubectl", "--kubeconfig", kubeconfig, "apply", "--validate=false", "-f",
-            str(ROOT / "examples" / "inferenceservice-gpu.yaml"), stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
+            "kubectl",
+            "--kubeconfig",
+            kubeconfig,
+            "apply",
+            "--validate=false",
+            "-f",
+            str(ROOT / "examples" / "inferenceservice-gpu.yaml"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         assert await apply.wait() == 0
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"))
         scale = await asyncio.create_subprocess_exec(
-            "kubectl", "--kubeconfig", kubeconfig, "-n", "llm", "scale", "ais", "llama3-8b", "--replicas=3",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(scale.communicate(), 60)
+            "kubectl",
+            "--kubeconfig",
+            kubeconfig,
+            "-n",
+            "llm",
+            "scale",
+            "ais",
+            "llama3-8b",
+            "--replicas=3",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(scale.communicate(), 60)
         assert scale.returncode == 0, err.decode()
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b")["spec"]["replicas"] == 3, timeout=20)

@@ -1,13 +1,31 @@
 """The operator's whole lifecycle against the API emulator, kopf running in-process."""
+
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
 
-from tests.operator.cluster import (AIS, DEPLOYMENTS, NS, PDBS, SCALED_OBJECTS, SERVICES, declare_resources,
-                                     eventually, from_operator, inference_service, live, mark_deployment_ready,
-                                     no_reconcile_running, patch, path, ready_condition, reconciles_since,
-                                     running_operator, writes)
+from tests.operator.cluster import (
+    AIS,
+    DEPLOYMENTS,
+    NS,
+    PDBS,
+    SCALED_OBJECTS,
+    SERVICES,
+    declare_resources,
+    eventually,
+    from_operator,
+    inference_service,
+    live,
+    mark_deployment_ready,
+    no_reconcile_running,
+    patch,
+    path,
+    ready_condition,
+    reconciles_since,
+    running_operator,
+    writes,
+)
 
 AUTOSCALED = {"autoscaling": {"maxReplicas": 4, "prometheusAddress": "http://prometheus.monitoring:9090"}}
 
@@ -19,14 +37,20 @@ async def create(cluster, body) -> dict:
 
 
 def event_reasons(cluster, kind: str) -> set[str]:
-    return {e.get("reason") for (resource, _, _), e in cluster.objects.items() if resource.plural == "events"
-            and e.get("type") == kind and e.get("involvedObject", {}).get("name") == "llama"}
+    return {
+        e.get("reason")
+        for (resource, _, _), e in cluster.objects.items()
+        if resource.plural == "events" and e.get("type") == kind and e.get("involvedObject", {}).get("name") == "llama"
+    }
 
 
 def retry_record(body: dict) -> dict | None:
     """kopf's progress record of the reconcile handler, once it has scheduled a retry."""
-    records = [json.loads(v) for k, v in body["metadata"].get("annotations", {}).items()
-               if k.startswith("argosy.dev/reconcile_service")]
+    records = [
+        json.loads(v)
+        for k, v in body["metadata"].get("annotations", {}).items()
+        if k.startswith("argosy.dev/reconcile_service")
+    ]
     return next((r for r in records if r.get("delayed")), None)
 
 
@@ -39,9 +63,16 @@ async def test_create_builds_owned_objects_and_status_follows_the_deployment(clu
         uid = (await create(cluster, inference_service(**AUTOSCALED)))["metadata"]["uid"]
         for resource in (DEPLOYMENTS, SERVICES, PDBS, SCALED_OBJECTS):
             obj = await eventually(lambda r=resource: live(cluster, r, "llama"))
-            assert obj["metadata"]["ownerReferences"] == [{
-                "apiVersion": "argosy.dev/v1alpha1", "kind": "InferenceService", "name": "llama", "uid": uid,
-                "controller": True, "blockOwnerDeletion": True}]
+            assert obj["metadata"]["ownerReferences"] == [
+                {
+                    "apiVersion": "argosy.dev/v1alpha1",
+                    "kind": "InferenceService",
+                    "name": "llama",
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
         status = await eventually(lambda: live(cluster, AIS, "llama").get("status"))
         assert ready_condition(live(cluster, AIS, "llama"))["status"] == "False"
         assert status["url"] == f"http://llama.{NS}.svc:8000/v1"
@@ -49,8 +80,12 @@ async def test_create_builds_owned_objects_and_status_follows_the_deployment(clu
         assert "finalizers" not in live(cluster, AIS, "llama")["metadata"]  # deletion is the GC's job
 
         await mark_deployment_ready(cluster, "llama", ready=1)
-        ready = await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["status"] == "True"
-                                 and live(cluster, AIS, "llama")["status"])
+        ready = await eventually(
+            lambda: (
+                ready_condition(live(cluster, AIS, "llama"))["status"] == "True"
+                and live(cluster, AIS, "llama")["status"]
+            )
+        )
         assert ready["readyReplicas"] == 1 and ready["observedGeneration"] == 1
         assert ready_condition(live(cluster, AIS, "llama"))["reason"] == "Available"
         await eventually(lambda: "Available" in event_reasons(cluster, "Normal"))
@@ -69,23 +104,38 @@ async def test_spec_update_rolls_the_deployment_and_drift_is_put_back(cluster):
         assert live(cluster, DEPLOYMENTS, "llama")["metadata"]["generation"] == 2
 
         # Someone edits the Deployment by hand: the operator puts its spec back.
-        await patch(cluster, DEPLOYMENTS, "llama", {"spec": {"template": {"spec": {"terminationGracePeriodSeconds": 1}}}})
-        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"]
-                         ["terminationGracePeriodSeconds"] == 80)
+        await patch(
+            cluster, DEPLOYMENTS, "llama", {"spec": {"template": {"spec": {"terminationGracePeriodSeconds": 1}}}}
+        )
+        await eventually(
+            lambda: (
+                live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 80
+            )
+        )
         await patch(cluster, SERVICES, "llama", {"spec": {"ports": [{"name": "x", "port": 1}]}})
         await eventually(lambda: live(cluster, SERVICES, "llama")["spec"]["ports"][0]["port"] == 8000)
 
 
 async def test_fields_removed_from_the_spec_leave_the_deployment(cluster):
-    scheduling = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}], "priorityClassName": "high",
-                  "nodeSelector": {"zone": "a"}}
+    scheduling = {
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        "priorityClassName": "high",
+        "nodeSelector": {"zone": "a"},
+    }
     async with running_operator():
         await create(cluster, inference_service(**scheduling))
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"]["priorityClassName"])
-        await patch(cluster, AIS, "llama", {"spec": {"tolerations": None, "priorityClassName": None,
-                                                     "nodeSelector": {"zone": None, "rack": "7"}}})
-        pod = await eventually(lambda: (p := live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"])
-                               and "tolerations" not in p and p)
+        await patch(
+            cluster,
+            AIS,
+            "llama",
+            {"spec": {"tolerations": None, "priorityClassName": None, "nodeSelector": {"zone": None, "rack": "7"}}},
+        )
+        pod = await eventually(
+            lambda: (
+                (p := live(cluster, DEPLOYMENTS, "llama")["spec"]["template"]["spec"]) and "tolerations" not in p and p
+            )
+        )
         assert "priorityClassName" not in pod
         assert pod["nodeSelector"] == {"argosy.dev/model-llama-3-8b": "true", "rack": "7"}
 
@@ -130,8 +180,10 @@ async def test_operator_restart_neither_duplicates_nor_churns(cluster):
         await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["status"] == "True")
     await no_reconcile_running("llama")
     before = len(list(cluster))
-    versions = {r: live(cluster, r, "llama")["metadata"]["resourceVersion"]
-                for r in (AIS, DEPLOYMENTS, SERVICES, PDBS, SCALED_OBJECTS)}
+    versions = {
+        r: live(cluster, r, "llama")["metadata"]["resourceVersion"]
+        for r in (AIS, DEPLOYMENTS, SERVICES, PDBS, SCALED_OBJECTS)
+    }
     async with running_operator():
         # The resume handler and the first sight of each of the four owned objects.
         await eventually(lambda: reconciles_since(cluster, before) >= 5, what="the reconciles of a restart")
@@ -141,10 +193,19 @@ async def test_operator_restart_neither_duplicates_nor_churns(cluster):
 
 
 async def test_a_deployment_we_do_not_own_is_left_alone_and_reported(cluster):
-    foreign = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llama", "namespace": NS},
-               "spec": {"replicas": 7, "selector": {"matchLabels": {"app": "other"}},
-                        "template": {"metadata": {"labels": {"app": "other"}},
-                                     "spec": {"containers": [{"name": "c", "image": "other"}]}}}}
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "llama", "namespace": NS},
+        "spec": {
+            "replicas": 7,
+            "selector": {"matchLabels": {"app": "other"}},
+            "template": {
+                "metadata": {"labels": {"app": "other"}},
+                "spec": {"containers": [{"name": "c", "image": "other"}]},
+            },
+        },
+    }
     await cluster.post(path(DEPLOYMENTS), json=foreign)
     async with running_operator():
         await create(cluster, inference_service())
@@ -175,8 +236,9 @@ async def test_missing_keda_is_reported_retried_with_backoff_and_recovers(cluste
         await eventually(lambda: reconciles_since(cluster, since) >= 4 and attempts() == 4)
         progress = await eventually(lambda: retry_record(live(cluster, AIS, "llama")))
         assert progress["retries"] == 1  # it waits for its retry delay: no hot loop
-        assert datetime.fromisoformat(progress["delayed"]) - datetime.fromisoformat(progress["started"]) \
-            >= timedelta(seconds=9)
+        assert datetime.fromisoformat(progress["delayed"]) - datetime.fromisoformat(progress["started"]) >= timedelta(
+            seconds=9
+        )
         declare_resources(cluster, keda=True)  # KEDA gets installed
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"), timeout=30)
         assert attempts() == 5  # nothing tried between the failures and the retry

@@ -1,4 +1,5 @@
 """`argosy operator`'s command line, and the chart's operator arguments it must accept."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,8 @@ def test_replicas_get_distinct_positive_priorities():
 
 
 def test_the_operator_never_loads_torch():
-    code = ("import sys, argosy.operator.handlers, argosy.operator.crd, argosy.operator.main;"
-            "assert 'torch' not in sys.modules, 'torch was imported'")
+    code = (
+        "import sys, argosy.operator.handlers, argosy.operator.crd, argosy.operator.main;"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,10 +1,24 @@
 """The RBAC table is exactly what the operator calls: every API request of a full lifecycle
 is granted, and every grant is used."""
+
 from __future__ import annotations
 
 from argosy.operator.rbac import RULES
-from tests.operator.cluster import (AIS, DEPLOYMENTS, PDBS, SCALED_OBJECTS, SERVICES, eventually,
-                                     from_operator, inference_service, live, mark_deployment_ready, patch, path, running_operator)
+from tests.operator.cluster import (
+    AIS,
+    DEPLOYMENTS,
+    PDBS,
+    SCALED_OBJECTS,
+    SERVICES,
+    eventually,
+    from_operator,
+    inference_service,
+    live,
+    mark_deployment_ready,
+    patch,
+    path,
+    running_operator,
+)
 
 
 def verb(request) -> str:
@@ -38,9 +52,11 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         await mark_deployment_ready(cluster, "llama", ready=1)
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": {"maxReplicas": 5}}})
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama")["spec"]["maxReplicaCount"] == 5)
-        for resource, drift in ((SERVICES, {"spec": {"selector": {"app": "x"}}}),
-                                (PDBS, {"spec": {"maxUnavailable": 0}}),
-                                (SCALED_OBJECTS, {"spec": {"maxReplicaCount": 99}})):  # someone's hand edits
+        for resource, drift in (
+            (SERVICES, {"spec": {"selector": {"app": "x"}}}),
+            (PDBS, {"spec": {"maxUnavailable": 0}}),
+            (SCALED_OBJECTS, {"spec": {"maxReplicaCount": 99}}),
+        ):  # someone's hand edits
             await patch(cluster, resource, "llama", drift)
             await eventually(lambda r=resource, d=drift: _restored(live(cluster, r, "llama")["spec"], d["spec"]))
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None}})
@@ -48,12 +64,19 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         await eventually(lambda: granted() <= used(cluster), what="every granted call")
     assert used(cluster) <= granted(), used(cluster) - granted()
     # The Deployment, Service and pod watches were filtered by the API server.
-    watches = [r for r in cluster if r.params.get("watch") == "true" and r.resource is not None
-               and r.resource.plural in ("deployments", "services", "pods", "poddisruptionbudgets")]
-    assert watches and all(r.params.get("labelSelector") == "app.kubernetes.io/managed-by=argosy-operator"
-                           for r in watches)
+    watches = [
+        r
+        for r in cluster
+        if r.params.get("watch") == "true"
+        and r.resource is not None
+        and r.resource.plural in ("deployments", "services", "pods", "poddisruptionbudgets")
+    ]
+    assert watches and all(
+        r.params.get("labelSelector") == "app.kubernetes.io/managed-by=argosy-operator" for r in watches
+    )
 
 
 def _restored(spec: dict, drift: dict) -> bool:
-    return all(spec.get(k) != v and not (isinstance(v, dict) and set(v) & set(spec.get(k) or {}))
-               for k, v in drift.items())
+    return all(
+        spec.get(k) != v and not (isinstance(v, dict) and set(v) & set(spec.get(k) or {})) for k, v in drift.items()
+    )

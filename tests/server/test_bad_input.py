@@ -1,4 +1,5 @@
 """Bad input raises a specific exception naming the value, and leaves nothing allocated."""
+
 from __future__ import annotations
 
 import json
@@ -16,17 +17,20 @@ def llm(llama_checkpoint) -> LLM:
     return tiny_llm(llama_checkpoint, max_model_len=64)
 
 
-@pytest.mark.parametrize("prompt, params, param, words", [
-    ({"prompt_token_ids": list(range(3, 67))}, SamplingParams(), "prompt", "64 tokens"),
-    ({"prompt_token_ids": list(range(3, 40))}, SamplingParams(max_tokens=30), "max_tokens", "30"),
-    ("", SamplingParams(), "prompt", "empty"),
-    ({"prompt_token_ids": []}, SamplingParams(), "prompt", "empty"),
-    ({"prompt_token_ids": [5, 10 ** 6]}, SamplingParams(), "prompt", "1000000"),
-    ({"prompt_token_ids": [5, -1]}, SamplingParams(), "prompt", "-1"),
-    ("hi", SamplingParams(n=300), "n", "300"),
-    ("hi", SamplingParams(min_tokens=2, stop_token_ids=[10 ** 6]), "stop_token_ids", "1000000"),
-    ({"text": "hi"}, SamplingParams(), "prompt", "prompt_token_ids"),
-])
+@pytest.mark.parametrize(
+    "prompt, params, param, words",
+    [
+        ({"prompt_token_ids": list(range(3, 67))}, SamplingParams(), "prompt", "64 tokens"),
+        ({"prompt_token_ids": list(range(3, 40))}, SamplingParams(max_tokens=30), "max_tokens", "30"),
+        ("", SamplingParams(), "prompt", "empty"),
+        ({"prompt_token_ids": []}, SamplingParams(), "prompt", "empty"),
+        ({"prompt_token_ids": [5, 10**6]}, SamplingParams(), "prompt", "1000000"),
+        ({"prompt_token_ids": [5, -1]}, SamplingParams(), "prompt", "-1"),
+        ("hi", SamplingParams(n=300), "n", "300"),
+        ("hi", SamplingParams(min_tokens=2, stop_token_ids=[10**6]), "stop_token_ids", "1000000"),
+        ({"text": "hi"}, SamplingParams(), "prompt", "prompt_token_ids"),
+    ],
+)
 def test_bad_requests_raise_and_leave_nothing_behind(llm, prompt, params, param, words):
     with pytest.raises(InvalidRequestError) as err:
         llm.generate(["fine prompt", prompt], params)
@@ -36,14 +40,30 @@ def test_bad_requests_raise_and_leave_nothing_behind(llm, prompt, params, param,
     assert not llm.engine.requests
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("temperature", -0.5, "-0.5"), ("top_p", 0.0, "0.0"), ("top_p", 1.5, "1.5"), ("n", 0, "0"),
-    ("top_k", -3, "-3"), ("min_p", 2.0, "2.0"), ("presence_penalty", 3.0, "3.0"),
-    ("frequency_penalty", -2.5, "-2.5"), ("repetition_penalty", 0.0, "0.0"), ("max_tokens", 0, "0"),
-    ("max_tokens", -4, "-4"), ("logprobs", 21, "21"), ("stop", [""], "non-empty"), ("min_tokens", -1, "-1"),
-    ("stop_token_ids", [-3], "-3"), ("seed", 2 ** 64, "2^63"), ("top_k", 2 ** 40, "2^31"),
-    ("temperature", float("inf"), "finite"), ("presence_penalty", float("nan"), "presence_penalty"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("temperature", -0.5, "-0.5"),
+        ("top_p", 0.0, "0.0"),
+        ("top_p", 1.5, "1.5"),
+        ("n", 0, "0"),
+        ("top_k", -3, "-3"),
+        ("min_p", 2.0, "2.0"),
+        ("presence_penalty", 3.0, "3.0"),
+        ("frequency_penalty", -2.5, "-2.5"),
+        ("repetition_penalty", 0.0, "0.0"),
+        ("max_tokens", 0, "0"),
+        ("max_tokens", -4, "-4"),
+        ("logprobs", 21, "21"),
+        ("stop", [""], "non-empty"),
+        ("min_tokens", -1, "-1"),
+        ("stop_token_ids", [-3], "-3"),
+        ("seed", 2**64, "2^63"),
+        ("top_k", 2**40, "2^31"),
+        ("temperature", float("inf"), "finite"),
+        ("presence_penalty", float("nan"), "presence_penalty"),
+    ],
+)
 def test_invalid_sampling_values_name_the_field(field, value, words):
     with pytest.raises(InvalidRequestError) as err:
         SamplingParams(**{field: value})
@@ -82,11 +102,11 @@ def test_missing_folder_config_and_weights(llama_checkpoint, tmp_path):
         LLM(str(tmp_path / "nowhere"))
     path = copy_checkpoint(llama_checkpoint, tmp_path / "m")
     (path / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="no \\*.safetensors") as err:
+    with pytest.raises(CheckpointError, match=r"no \*\.safetensors") as err:
         LLM(str(path))
     assert str(path) in str(err.value)
     (path / "config.json").unlink()
-    with pytest.raises(CheckpointError, match="config.json: file not found"):
+    with pytest.raises(CheckpointError, match=r"config\.json: file not found"):
         LLM(str(path))
 
 
@@ -106,7 +126,7 @@ def test_missing_shard_listed_in_the_index(llama_checkpoint, tmp_path):
     path = copy_checkpoint(llama_checkpoint, tmp_path / "m")
     index = {"metadata": {}, "weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}
     (path / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(CheckpointError, match="model-00002-of-00002.safetensors.*not found"):
+    with pytest.raises(CheckpointError, match=r"model-00002-of-00002\.safetensors.*not found"):
         LLM(str(path))
 
 
@@ -117,7 +137,7 @@ def test_missing_tensor_is_named(llama_checkpoint, tmp_path):
     tensors = load_file(path / "model.safetensors")
     del tensors["model.layers.1.mlp.up_proj.weight"]
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(CheckpointError, match="layers.1.mlp.gate_up_proj.weight"):
+    with pytest.raises(CheckpointError, match=r"layers\.1\.mlp\.gate_up_proj\.weight"):
         LLM(str(path))
 
 

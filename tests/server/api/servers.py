@@ -1,5 +1,6 @@
 """A real uvicorn server on loopback, in a background thread of the test process, and a gate
 that holds its engine loop so that a test can act while a request is certainly running."""
+
 from __future__ import annotations
 
 import signal
@@ -68,8 +69,9 @@ def run_server(checkpoint, **settings) -> Iterator[RunningServer]:
     config = ServerConfig(engine=engine, port=free_port(), **settings)
     app = build_app(config, load_in_background=False)
     state: ServerState = app.state.argosy
-    server = DrainingServer(uvicorn.Config(app, host="127.0.0.1", port=config.port, log_config=None,
-                                           access_log=False), state)
+    server = DrainingServer(
+        uvicorn.Config(app, host="127.0.0.1", port=config.port, log_config=None, access_log=False), state
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{config.port}"
@@ -119,8 +121,9 @@ class EngineGate:
 
 
 @contextmanager
-def holding_engine(server: RunningServer, hold: Callable[[EngineStats], bool] = lambda stats: stats.num_running > 0
-                   ) -> Iterator[EngineGate]:
+def holding_engine(
+    server: RunningServer, hold: Callable[[EngineStats], bool] = lambda stats: stats.num_running > 0
+) -> Iterator[EngineGate]:
     """The server's engine loop held before each step while `hold` is true (by default: once
     a request is running); released when the block ends, so that the server can always stop."""
     engine = server.core

@@ -1,5 +1,6 @@
 """Bad requests get the right status and an OpenAI-style error body, never a 500, and
 leave no sequence behind."""
+
 from __future__ import annotations
 
 import httpx
@@ -32,35 +33,52 @@ CASES = [
     ("/v1/completions", {**OK_COMPLETION, "logprobs": 50}, 400, "invalid_request_error", "logprobs"),
     ("/v1/completions", {**OK_COMPLETION, "prompt": ""}, 400, "invalid_request_error", "prompt"),
     ("/v1/completions", {**OK_COMPLETION, "prompt": []}, 400, "invalid_request_error", "prompt"),
-    ("/v1/completions", {**OK_COMPLETION, "prompt": [5, 10 ** 7]}, 400, "invalid_request_error", "prompt"),
-    ("/v1/completions", {**OK_COMPLETION, "stream_options": {"include_usage": True}}, 400,
-     "invalid_request_error", "stream_options"),
+    ("/v1/completions", {**OK_COMPLETION, "prompt": [5, 10**7]}, 400, "invalid_request_error", "prompt"),
+    (
+        "/v1/completions",
+        {**OK_COMPLETION, "stream_options": {"include_usage": True}},
+        400,
+        "invalid_request_error",
+        "stream_options",
+    ),
     ("/v1/chat/completions", {**OK_CHAT, "messages": []}, 400, "invalid_request_error", "messages"),
-    ("/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "robot", "content": "x"}]}, 400,
-     "invalid_request_error", "messages[0].role"),
-    ("/v1/chat/completions", {**OK_CHAT, "messages": [{"content": "x"}]}, 400, "invalid_request_error",
-     "messages[0]"),
+    (
+        "/v1/chat/completions",
+        {**OK_CHAT, "messages": [{"role": "robot", "content": "x"}]},
+        400,
+        "invalid_request_error",
+        "messages[0].role",
+    ),
+    ("/v1/chat/completions", {**OK_CHAT, "messages": [{"content": "x"}]}, 400, "invalid_request_error", "messages[0]"),
     ("/v1/chat/completions", {**OK_CHAT, "messages": "hello"}, 400, "invalid_request_error", "messages"),
     ("/v1/chat/completions", {**OK_CHAT, "top_logprobs": 3}, 400, "invalid_request_error", "top_logprobs"),
-    ("/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function"}]}, 400, "invalid_request_error",
-     "tools"),
-    ("/v1/chat/completions", {**OK_CHAT, "max_completion_tokens": 0}, 400, "invalid_request_error",
-     "max_tokens"),
-    ("/v1/completions", {**OK_COMPLETION, "seed": 2 ** 64}, 400, "invalid_request_error", "seed"),
-    ("/v1/completions", {**OK_COMPLETION, "top_k": 2 ** 63}, 400, "invalid_request_error", "top_k"),
+    ("/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function"}]}, 400, "invalid_request_error", "tools"),
+    ("/v1/chat/completions", {**OK_CHAT, "max_completion_tokens": 0}, 400, "invalid_request_error", "max_tokens"),
+    ("/v1/completions", {**OK_COMPLETION, "seed": 2**64}, 400, "invalid_request_error", "seed"),
+    ("/v1/completions", {**OK_COMPLETION, "top_k": 2**63}, 400, "invalid_request_error", "top_k"),
     # Lone surrogates, as JSON escapes can carry them.
-    ("/v1/completions", b'{"model": "tiny", "prompt": "bad \\ud800 text"}', 400, "invalid_request_error",
-     "prompt"),
-    ("/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "\\udfff"}]}', 400,
-     "invalid_request_error", "prompt"),
-    ("/v1/chat/completions", {**OK_CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
-     400, "invalid_request_error", "messages[0].content"),
+    ("/v1/completions", b'{"model": "tiny", "prompt": "bad \\ud800 text"}', 400, "invalid_request_error", "prompt"),
+    (
+        "/v1/chat/completions",
+        b'{"model": "tiny", "messages": [{"role": "user", "content": "\\udfff"}]}',
+        400,
+        "invalid_request_error",
+        "prompt",
+    ),
+    (
+        "/v1/chat/completions",
+        {**OK_CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+        400,
+        "invalid_request_error",
+        "messages[0].content",
+    ),
     ("/v1/embeddings", {"model": MODEL, "input": "x"}, 404, "not_found_error", None),
 ]
 
 
-@pytest.mark.parametrize("path, body, status, kind, param", CASES,
-                         ids=[f"{i}-{c[0].rsplit('/', 1)[-1]}-{c[2]}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "path, body, status, kind, param", CASES, ids=[f"{i}-{c[0].rsplit('/', 1)[-1]}-{c[2]}" for i, c in enumerate(CASES)]
+)
 def test_bad_request(server, path, body, status, kind, param):
     if isinstance(body, bytes):
         response = httpx.post(server.url + path, content=body, headers={"content-type": "application/json"})
@@ -86,8 +104,9 @@ def test_oversize_body_gets_413(llama_checkpoint):
                 yield b"y" * 500
             yield b'"}'
 
-        response = httpx.post(f"{srv.url}/v1/completions", content=chunks(),
-                              headers={"content-type": "application/json"})
+        response = httpx.post(
+            f"{srv.url}/v1/completions", content=chunks(), headers={"content-type": "application/json"}
+        )
         assert response.status_code == 413 and response.json()["error"]["type"] == "invalid_request_error"
         assert httpx.post(f"{srv.url}/v1/completions", json=OK_COMPLETION).status_code == 200
 
@@ -115,8 +134,17 @@ def test_one_access_log_line_per_request(server, caplog):
 
 
 def test_null_optional_fields_mean_their_defaults(server):
-    nulls = {"n": None, "presence_penalty": None, "frequency_penalty": None, "stream": None, "temperature": None,
-             "top_p": None, "seed": None, "stop": None, "stream_options": None}
+    nulls = {
+        "n": None,
+        "presence_penalty": None,
+        "frequency_penalty": None,
+        "stream": None,
+        "temperature": None,
+        "top_p": None,
+        "seed": None,
+        "stop": None,
+        "stream_options": None,
+    }
     completion = httpx.post(f"{server.url}/v1/completions", json={**OK_COMPLETION, **nulls, "echo": None})
     assert completion.status_code == 200 and len(completion.json()["choices"]) == 1
     chat = httpx.post(f"{server.url}/v1/chat/completions", json={**OK_CHAT, **nulls, "logprobs": None})
@@ -129,8 +157,14 @@ def test_a_repeated_x_request_id_never_collides(server):
     results = []
 
     def post(max_tokens: int) -> None:
-        results.append(httpx.post(f"{server.url}/v1/chat/completions", headers={"X-Request-Id": "same"},
-                                  json={**OK_CHAT, "max_tokens": max_tokens, "ignore_eos": True}, timeout=60))
+        results.append(
+            httpx.post(
+                f"{server.url}/v1/chat/completions",
+                headers={"X-Request-Id": "same"},
+                json={**OK_CHAT, "max_tokens": max_tokens, "ignore_eos": True},
+                timeout=60,
+            )
+        )
 
     threads = [threading.Thread(target=post, args=(n,)) for n in (40, 5)]
     for t in threads:

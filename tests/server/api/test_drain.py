@@ -4,6 +4,7 @@ process exits 0. A checkpoint that is not there: it exits with the code the oper
 
 The drain's decisions are tested on an in-process server whose engine loop is held, so that
 requests are certainly still in flight when the drain starts; a real process shows the exit."""
+
 from __future__ import annotations
 
 import json
@@ -14,17 +15,23 @@ import threading
 
 import httpx
 
-from tests.polling import wait_until
 from argosy.server.exceptions import CheckpointNotFoundError
+from tests.polling import wait_until
 from tests.processes import MODEL, free_port, serve_process
 from tests.server.api.servers import holding_engine, run_server
 
 
-def stream_in_background(url: str, max_tokens: int, results: list,
-                         started: threading.Event | None = None) -> threading.Thread:
+def stream_in_background(
+    url: str, max_tokens: int, results: list, started: threading.Event | None = None
+) -> threading.Thread:
     def run() -> None:
-        body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": max_tokens, "stream": True,
-                "ignore_eos": True}
+        body = {
+            "model": MODEL,
+            "prompt": "once upon a time",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+        }
         events = []
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as response:
             for line in response.iter_lines():
@@ -76,16 +83,18 @@ def test_a_drain_refuses_new_requests_and_lets_requests_in_flight_finish(llama_c
 
 def test_requests_past_the_shutdown_timeout_end_with_an_error_event(llama_checkpoint):
     results: list = []
-    with run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=0.1) as srv:
-        with holding_engine(srv, hold=lambda stats: True) as gate:
-            threads = streams_in_flight(srv, 2, results)
-            gate.hold_when(lambda stats: stats.num_running == 2)
-            gate.wait_holding()
-            srv.sigterm()  # the held streams cannot finish within the timeout
-            for t in threads:
-                t.join(60)
-            srv.thread.join(60)
-            assert not srv.thread.is_alive()
+    with (
+        run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=0.1) as srv,
+        holding_engine(srv, hold=lambda stats: True) as gate,
+    ):
+        threads = streams_in_flight(srv, 2, results)
+        gate.hold_when(lambda stats: stats.num_running == 2)
+        gate.wait_holding()
+        srv.sigterm()  # the held streams cannot finish within the timeout
+        for t in threads:
+            t.join(60)
+        srv.thread.join(60)
+        assert not srv.thread.is_alive()
     assert len(results) == 2
     for events in results:
         assert events[-1] == "[DONE]"
@@ -114,8 +123,18 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
 
 def test_a_missing_checkpoint_exits_with_the_code_the_operator_reads(tmp_path):
     # What a pod whose node lacks the checkpoint does: exit at once, with EX_NOINPUT.
-    command = [sys.executable, "-m", "argosy", "serve", "--model", str(tmp_path / "absent"), "--port",
-               str(free_port()), "--log-format", "text"]
+    command = [
+        sys.executable,
+        "-m",
+        "argosy",
+        "serve",
+        "--model",
+        str(tmp_path / "absent"),
+        "--port",
+        str(free_port()),
+        "--log-format",
+        "text",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == CheckpointNotFoundError.exit_code
     assert f"{tmp_path / 'absent' / 'config.json'}: file not found" in result.stderr

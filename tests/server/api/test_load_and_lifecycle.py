@@ -1,5 +1,6 @@
 """Many clients at once, clients that leave, a full waiting queue, and the metrics that
 report all of it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import pytest
 import torch
 
 from argosy import LLM, SamplingParams
@@ -21,8 +21,14 @@ from tests.server.api.servers import holding_engine, run_server
 
 
 async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> str:
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True}
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
     text = ""
     async with client.stream("POST", "/v1/completions", json=body) as response:
         assert response.status_code == 200
@@ -36,7 +42,8 @@ def test_64_concurrent_streams_equal_the_offline_engine(server, llama_checkpoint
     prompts = [f"request {i}: " + "fox " * (i % 7) for i in range(64)]
     lengths = [4 + i % 13 for i in range(64)]
     offline = LLM(str(llama_checkpoint), dtype="float32").generate(
-        prompts, [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths])
+        prompts, [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in lengths]
+    )
 
     async def run_all() -> list[str]:
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
@@ -69,8 +76,11 @@ def send_without_reading(url: str, path: str, body: dict) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     payload = json.dumps(body).encode()
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
     return sock
 
 
@@ -139,8 +149,9 @@ def test_prefix_cache_and_preemption_counters(llama_checkpoint):
             assert httpx.post(f"{srv.url}/v1/completions", json=body).status_code == 200
         with ThreadPoolExecutor(6) as pool:
             long = {**body, "max_tokens": 100, "ignore_eos": True}
-            responses = list(pool.map(lambda _: httpx.post(f"{srv.url}/v1/completions", json=long, timeout=120),
-                                      range(6)))
+            responses = list(
+                pool.map(lambda _: httpx.post(f"{srv.url}/v1/completions", json=long, timeout=120), range(6))
+            )
         assert [r.status_code for r in responses] == [200] * 6
         stats = srv.engine.stats()
         assert stats.num_preemptions > 0

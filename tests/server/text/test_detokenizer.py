@@ -1,4 +1,5 @@
 """Incremental detokenization: characters split across tokens, and stop strings."""
+
 from __future__ import annotations
 
 from argosy.server.text.detokenizer import IncrementalDetokenizer

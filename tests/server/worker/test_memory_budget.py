@@ -2,6 +2,7 @@
 after the weights and the largest step's activations, measured by a profiling pass (skipped
 when a byte budget is given). The pass is the same code on CPU, where it runs but measures
 nothing."""
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,10 @@ from tests.checkpoints import tiny_llm
 
 def test_gpu_budget_leaves_room_for_weights_activations_and_others():
     gib = 1 << 30
-    assert gpu_kv_budget(total=80 * gib, others=2 * gib, peak_of_ours=20 * gib, utilization=0.9) == \
-        int(72 * gib) - 22 * gib
+    assert (
+        gpu_kv_budget(total=80 * gib, others=2 * gib, peak_of_ours=20 * gib, utilization=0.9)
+        == int(72 * gib) - 22 * gib
+    )
     assert gpu_kv_budget(total=16 * gib, others=0, peak_of_ours=16 * gib, utilization=0.9) == 0
 
 

@@ -1,4 +1,5 @@
 """The sampler's transformations, each checked against its definition on crafted logits."""
+
 from __future__ import annotations
 
 import math
@@ -6,9 +7,9 @@ import math
 import pytest
 import torch
 
-from argosy.server.worker.sampler import Sampler
-from argosy.server.sampling_params import SamplingParams
 from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.sampling_params import SamplingParams
+from argosy.server.worker.sampler import Sampler
 
 EOS = 9
 
