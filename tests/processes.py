@@ -53,28 +53,18 @@ def running(command: list[str], url: str, ready_path: str, what: str) -> Iterato
             proc.popen.wait(30)
 
 
+def serve_command(checkpoint, port: int, *flags: str) -> list[str]:
+    """The `argosy serve` command line of the test servers: float32, a small byte-budget cache."""
+    model = ["--model", str(checkpoint), "--served-model-name", MODEL, "--port", str(port)]
+    settings = ["--dtype", "float32", "--kv-cache-memory", str(8 << 20), "--log-format", "text"]
+    return [sys.executable, "-m", "argosy", "serve", *model, *settings, *flags]
+
+
 @contextmanager
 def serve_process(checkpoint, *flags: str) -> Iterator[Process]:
     """`argosy serve` on a test checkpoint, in its own process, as a pod would run it."""
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "argosy",
-        "serve",
-        "--model",
-        str(checkpoint),
-        "--served-model-name",
-        MODEL,
-        "--port",
-        str(port),
-        "--dtype",
-        "float32",
-        "--kv-cache-memory",
-        str(8 << 20),
-        "--log-format",
-        "text",
-        *flags,
-    ]
-    with running(command, f"http://127.0.0.1:{port}", "/health", "the server to become healthy") as proc:
+    with running(
+        serve_command(checkpoint, port, *flags), f"http://127.0.0.1:{port}", "/health", "the server to become healthy"
+    ) as proc:
         yield proc

@@ -16,6 +16,7 @@ from tests.operator.cluster import DEPLOYMENTS, SERVICES, eventually, live, runn
 from tests.operator.crd_schema import ROOT, admit
 
 EXAMPLES = sorted((ROOT / "examples").glob("inferenceservice-*.yaml"))
+GPU_EXAMPLE = ROOT / "examples" / "inferenceservice-gpu.yaml"
 
 
 def test_there_are_examples_of_each_kind():
@@ -33,57 +34,34 @@ def test_example_is_admitted_and_builds_valid_objects(path):
             kubernetes_validate.validate(obj, "1.32", strict=True)
 
 
+async def kubectl(*args: str) -> tuple[int, str, str]:
+    """The real kubectl client against the emulator (the cluster fixture's kubeconfig)."""
+    proc = await asyncio.create_subprocess_exec(
+        "kubectl",
+        "--kubeconfig",
+        os.environ["KUBECONFIG"],
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
 async def test_kubectl_apply_reaches_the_operator(cluster):
-    kubeconfig = os.environ["KUBECONFIG"]  # the cluster fixture points it at the emulator
     async with running_operator():
-        proc = await asyncio.create_subprocess_exec(
-            "kubectl",
-            "--kubeconfig",
-            kubeconfig,
-            "apply",
-            "--validate=false",
-            "-f",
-            str(ROOT / "examples" / "inferenceservice-gpu.yaml"),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()
-        assert "inferenceservice.argosy.dev/llama3-8b created" in out.decode()
+        returncode, out, err = await kubectl("apply", "--validate=false", "-f", str(GPU_EXAMPLE))
+        assert returncode == 0, err
+        assert "inferenceservice.argosy.dev/llama3-8b created" in out
         deployment = await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"), timeout=20)
         assert "--served-model-name" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert live(cluster, SERVICES, "llama3-8b") is not None
 
 
 async def test_kubectl_scale_sets_the_replica_count_through_the_scale_subresource(cluster):
-    kubeconfig = os.environ["KUBECONFIG"]
     async with running_operator():
-        apply = await asyncio.create_subprocess_exec(
-            "kubectl",
-            "--kubeconfig",
-            kubeconfig,
-            "apply",
-            "--validate=false",
-            "-f",
-            str(ROOT / "examples" / "inferenceservice-gpu.yaml"),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        assert await apply.wait() == 0
+        assert (await kubectl("apply", "--validate=false", "-f", str(GPU_EXAMPLE)))[0] == 0
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"))
-        scale = await asyncio.create_subprocess_exec(
-            "kubectl",
-            "--kubeconfig",
-            kubeconfig,
-            "-n",
-            "llm",
-            "scale",
-            "ais",
-            "llama3-8b",
-            "--replicas=3",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        _, err = await asyncio.wait_for(scale.communicate(), 60)
-        assert scale.returncode == 0, err.decode()
+        returncode, _, err = await kubectl("-n", "llm", "scale", "ais", "llama3-8b", "--replicas=3")
+        assert returncode == 0, err
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b")["spec"]["replicas"] == 3, timeout=20)

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 
 import httpx
 
 from argosy.server.exceptions import CheckpointNotFoundError
 from tests.polling import wait_until
-from tests.processes import MODEL, free_port, serve_process
+from tests.processes import MODEL, free_port, serve_command, serve_process
 from tests.server.api.servers import holding_engine, run_server
 
 
@@ -123,18 +122,7 @@ def test_sigterm_lets_requests_in_flight_finish_and_exits_zero(llama_checkpoint)
 
 def test_a_missing_checkpoint_exits_with_the_code_the_operator_reads(tmp_path):
     # What a pod whose node lacks the checkpoint does: exit at once, with EX_NOINPUT.
-    command = [
-        sys.executable,
-        "-m",
-        "argosy",
-        "serve",
-        "--model",
-        str(tmp_path / "absent"),
-        "--port",
-        str(free_port()),
-        "--log-format",
-        "text",
-    ]
+    command = serve_command(tmp_path / "absent", free_port())
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == CheckpointNotFoundError.exit_code
     assert f"{tmp_path / 'absent' / 'config.json'}: file not found" in result.stderr
