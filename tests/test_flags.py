@@ -57,7 +57,8 @@ def test_the_repeatable_default_is_not_shared():
 
 
 @pytest.mark.parametrize("cls", [EngineConfig, ServerConfig, GenerateOptions, OperatorOptions])
-def test_every_setting_is_a_flag_with_help_and_the_defaults_agree(cls):
+def test_every_setting_is_a_flag_with_help_and_the_defaults_agree(cls, monkeypatch):
+    monkeypatch.delenv("ARGOSY_API_KEY", raising=False)
     args = parse(cls, "prompt") if cls is GenerateOptions else parse(cls)
     others = {f.name: f.default_factory() for f in dataclasses.fields(cls) if f not in settings_of(cls)}
     assert all(f.metadata["help"] for f in settings_of(cls))

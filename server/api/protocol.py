@@ -3,6 +3,7 @@ models that turn themselves into SamplingParams. Unknown fields are ignored, as 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,26 +14,6 @@ from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
-
-
-# The request fields that are SamplingParams fields of the same name.
-_SAMPLING_FIELDS = {
-    "n",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "min_tokens",
-    "ignore_eos",
-    "stop_token_ids",
-    "skip_special_tokens",
-    "include_stop_str_in_output",
-}
 
 
 class SamplingFields(BaseModel):
@@ -65,7 +46,7 @@ class SamplingFields(BaseModel):
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         if self.stream_options is not None and not self.streaming:
             raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
-        given = self.model_dump(include=_SAMPLING_FIELDS, exclude_none=True)  # None: SamplingParams' default
+        given = self.model_dump(include=SAMPLING_FIELDS, exclude_none=True)  # None: SamplingParams' default
         return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **given)
 
     @property
@@ -75,6 +56,11 @@ class SamplingFields(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+
+# The request fields that are SamplingParams fields of the same name (max_tokens and logprobs
+# differ between the endpoints and are passed on by each).
+SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)} & set(SamplingFields.model_fields)
 
 
 class CompletionRequest(SamplingFields):
