@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from argosy.operator.spec import KIND, PLURAL, InferenceServiceSpec, cel, rules
+from argosy.operator.kube_types import cel, rules
+from argosy.operator.spec import KIND, PLURAL, InferenceServiceSpec
 
 SINGULAR, SHORT_NAMES, CATEGORIES = "inferenceservice", ["ais"], ["argosy"]
 # The name becomes a Service name (DNS-1035) and the prefix of pod names, which must stay

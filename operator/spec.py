@@ -7,11 +7,22 @@ the fields they constrain. Engine settings take the server's own defaults and fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.flags import flag_name, settings_of
+from argosy.operator.kube_types import (
+    IntOrPercent,
+    KubeModel,
+    LocalObjectReference,
+    ResourceRequirements,
+    SecretKeyRef,
+    Toleration,
+    VolumeClaim,
+    cel,
+    rules,
+)
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.engine_config import DEFAULT_BATCHED_TOKENS, DType, EngineConfig
 
@@ -20,16 +31,6 @@ DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
 SERVER_PORT = 8000
 MODEL_MOUNT = "/models"
 _SERVER = ServerConfig()
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    """One x-kubernetes-validations entry: the API server rejects objects where `rule` is false."""
-    return {"rule": rule, "message": message, **({"fieldPath": field_path} if field_path else {})}
-
-
-def rules(*entries: dict[str, str]) -> dict[str, Any]:
-    """CEL rules as a model's or a field's extra schema (json_schema_extra)."""
-    return {"x-kubernetes-validations": list(entries)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,22 +58,7 @@ def serve_setting(setting: str, *, description: str, convert=None, **constraints
     return info
 
 
-# A Kubernetes quantity (1, "1", "500m", "40Gi") and a count or percentage ("1", 1, "25%").
-Quantity = Annotated[int | str, Field(json_schema_extra={"pattern": "^[0-9.]+[a-zA-Z]*$"})]
-IntOrPercent = Annotated[int | str, Field(json_schema_extra={"pattern": "^[0-9]+%$", "minimum": 0})]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class VolumeClaim(_Spec):
-    """A PersistentVolumeClaim holding checkpoints; mounted read-only at /models."""
-
-    claimName: str = Field(min_length=1, max_length=253, description="Name of the claim, in this namespace.")
-
-
-class ModelSpec(_Spec):
+class ModelSpec(KubeModel):
     """The checkpoint and where it lives."""
 
     model_config = ConfigDict(
@@ -114,14 +100,7 @@ class ModelSpec(_Spec):
     )
 
 
-class SecretKeyRef(_Spec):
-    """A key of a Secret in this namespace."""
-
-    name: str = Field(min_length=1, description="Name of the Secret.")
-    key: str = Field(min_length=1, description="Key within the Secret.")
-
-
-class EngineSpec(_Spec):
+class EngineSpec(KubeModel):
     """Settings of `argosy serve`; names and defaults are the server's (vLLM's names)."""
 
     model_config = ConfigDict(
@@ -199,7 +178,7 @@ class EngineSpec(_Spec):
     )
 
 
-class AutoscalingSpec(_Spec):
+class AutoscalingSpec(KubeModel):
     """When present, a KEDA ScaledObject scales the pods on the waiting-queue depth
     (argosy_num_requests_waiting) read from Prometheus."""
 
@@ -230,13 +209,13 @@ class AutoscalingSpec(_Spec):
     )
 
 
-class DisruptionBudgetSpec(_Spec):
+class DisruptionBudgetSpec(KubeModel):
     """The PodDisruptionBudget of the pods."""
 
     maxUnavailable: IntOrPercent = Field(1, description="Pods that voluntary disruptions (drains) may take at once.")
 
 
-class RolloutSpec(_Spec):
+class RolloutSpec(KubeModel):
     """How a spec change replaces pods. The default needs no spare GPU: a pod is stopped
     before its successor starts. With spare capacity, maxSurge 1 and maxUnavailable 0 keep
     every replica serving during a rollout."""
@@ -254,32 +233,7 @@ class RolloutSpec(_Spec):
     maxUnavailable: IntOrPercent = Field(1, description="Pods that may be missing during a rollout.")
 
 
-class ResourceRequirements(_Spec):
-    """Container resources, e.g. limits {nvidia.com/gpu: 1}."""
-
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Most of each resource the server may use.")
-    requests: dict[str, Quantity] = Field(default_factory=dict, description="What the scheduler reserves.")
-
-
-class LocalObjectReference(_Spec):
-    """An object in this namespace, by name."""
-
-    name: str = Field(description="Name of the object.")
-
-
-class Toleration(_Spec):
-    """A core/v1 Toleration: lets the pods run on nodes with a matching taint."""
-
-    key: str | None = Field(None, description="Taint key; empty with operator Exists matches every taint.")
-    operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists, or Equal to value.")
-    value: str | None = Field(None, description="Taint value, with operator Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="Taint effect to match; empty matches all."
-    )
-    tolerationSeconds: int | None = Field(None, description="With NoExecute, how long the pod stays after the taint.")
-
-
-class InferenceServiceSpec(_Spec):
+class InferenceServiceSpec(KubeModel):
     """What to serve and how."""
 
     model: ModelSpec
