@@ -22,10 +22,9 @@ def setting(
 ) -> Any:
     """A dataclass field that is also a command-line flag. `env` names a variable that
     overrides the default on the command line; `short` adds an alias such as "-n"."""
-    factory = list if default == [] else None
     metadata = {_HELP: help, "env": env, "positional": positional, "short": short}
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
+    if default == []:  # a fresh list per instance
+        return dataclasses.field(default_factory=list, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from argosy.operator.labels import labels, metadata, selector_labels
-from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, EngineSpec, InferenceServiceSpec, Owner, ServeFlag
+from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, InferenceServiceSpec, Owner, engine_flags
 
 RUN_AS_USER = 10001
 PRE_STOP_SLEEP_SECONDS = 5  # lets endpoint removal reach the proxies before the drain starts
@@ -31,10 +31,9 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
         "--log-format",
         "json",
     ]
-    for name, field in EngineSpec.model_fields.items():
-        flag = next((m.flag for m in field.metadata if isinstance(m, ServeFlag)), None)
+    for name, flag in engine_flags().items():
         value = getattr(spec.engine, name)
-        if flag is None or value is None:
+        if value is None:
             continue
         if isinstance(value, bool):
             args.append(flag if value else flag.replace("--", "--no-", 1))

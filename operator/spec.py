@@ -40,6 +40,16 @@ class ServeFlag:
     flag: str
 
 
+def engine_flags() -> dict[str, str]:
+    """EngineSpec's fields that are flags of `argosy serve`, with the flag of each."""
+    return {
+        name: marker.flag
+        for name, field in EngineSpec.model_fields.items()
+        for marker in field.metadata
+        if isinstance(marker, ServeFlag)
+    }
+
+
 # Each setting of `argosy serve`: its dataclass field, and the default configuration holding it.
 _SERVER_SETTINGS = {f.name: (f, _SERVER) for f in settings_of(ServerConfig)} | {
     f.name: (f, _SERVER.engine) for f in settings_of(EngineConfig)

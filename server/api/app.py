@@ -35,11 +35,10 @@ def load_engine(state: ServerState) -> None:
         state.exit_code = exc.exit_code if isinstance(exc, ArgosyError) else 1
         return
     metrics = state.metrics
-    client: EngineClient
 
-    def on_step(outputs, now) -> None:
+    def on_step(outputs, now) -> None:  # on the engine thread, after each step
         metrics.observe_step(outputs, now)
-        stats = client.stats()
+        stats = core.stats()
         metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
 
     client = EngineClient(core, state.config.max_waiting_requests, on_step, metrics.observe_abort)

@@ -15,7 +15,7 @@ from argosy.operator.deployment import build_deployment, server_args
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
 from argosy.operator.service import build_pdb, build_service
-from argosy.operator.spec import EngineSpec, InferenceServiceSpec, Owner, ServeFlag
+from argosy.operator.spec import EngineSpec, InferenceServiceSpec, Owner, engine_flags
 from argosy.server.api.serve_command import add_serve_args, server_config
 from argosy.server.engine_config import EngineConfig
 from tests.operator.crd_schema import ROOT, admit, to_jsonschema
@@ -174,12 +174,10 @@ def test_every_engine_setting_reaches_argosy_serve(name):
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
     parsed = parser.parse_args(server_args(spec)[1:])
-    flagged = [n for n, f in EngineSpec.model_fields.items() if any(isinstance(m, ServeFlag) for m in f.metadata)]
-    assert set(EngineSpec.model_fields) - set(flagged) == {"apiKeySecretRef"}  # an env variable, not a flag
-    for field in flagged:
-        value = getattr(spec.engine, field)
-        flag = next(m.flag for m in EngineSpec.model_fields[field].metadata if isinstance(m, ServeFlag))
-        assert getattr(parsed, flag[2:].replace("-", "_")) == value, field
+    flags = engine_flags()
+    assert set(EngineSpec.model_fields) - set(flags) == {"apiKeySecretRef"}  # an env variable, not a flag
+    for field, flag in flags.items():
+        assert getattr(parsed, flag[2:].replace("-", "_")) == getattr(spec.engine, field), field
 
 
 def test_engine_defaults_are_the_servers():
