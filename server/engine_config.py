@@ -14,6 +14,7 @@ from argosy.server.models.model_config import ModelConfig
 
 DEFAULT_BATCHED_TOKENS = 2048
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+AttentionBackendName = Literal["auto", "torch", "triton"]
 
 
 @dataclass
@@ -49,8 +50,25 @@ class EngineConfig:
     enable_prefix_caching: bool = setting(True, "reuse cached blocks of identical prompt prefixes")
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
     seed: int = setting(0, "seed of unseeded sampling")
+    attention_backend: AttentionBackendName = setting(
+        "auto",
+        "kernels of attention, KV-cache writes, norms, rotary and activation; auto: triton on CUDA, torch on CPU",
+    )
+    enforce_eager: bool = setting(False, "never run decode steps through CUDA graphs")
+    cuda_graph_sizes: list[int] = setting(
+        [],
+        "decode batch sizes to capture as CUDA graphs; default 1, 2, 4, 8, then steps of 8 up to max_num_seqs "
+        "(on CPU graphs are used only when sizes are given: the static-buffer twin)",
+    )
+    quantization: Literal["fp8"] | None = setting(
+        None, "fp8: linear-layer weights in float8 e4m3 with per-output-channel scales, quantized at load"
+    )
 
     def __post_init__(self) -> None:
+        if any(not isinstance(size, int) or size < 1 for size in self.cuda_graph_sizes):
+            raise InvalidRequestError(
+                f"cuda_graph_sizes must be positive integers, got {self.cuda_graph_sizes!r}", param="cuda_graph_sizes"
+            )
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
