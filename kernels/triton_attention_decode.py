@@ -1,0 +1,151 @@
+"""Paged decode attention in Triton, flash-decoding style.
+
+One program per (sequence, KV head, split of the context): the KV head is read once for its
+whole group of query heads (GQA), whose queries are the rows of one matrix product. A long
+context is split across programs so that a small batch still fills the GPU; each split
+leaves a partial output and its log-sum-exp, and a reduction kernel combines them. Keys are
+reached through the block table token by token (block id, then offset), so any block size
+works and a tile may span several blocks."""
+
+from __future__ import annotations
+
+import torch
+
+from argosy.kernels.triton_runtime import INTERPRETED, tl, triton
+
+BLOCK_N = 64  # keys per iteration
+MIN_TOKENS_PER_SPLIT = 256  # below this a split's fixed cost outweighs the parallelism it adds
+
+
+@triton.jit
+def _decode_split_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
+    part_out_ptr, part_lse_ptr, scale,
+    stride_q_tok, stride_q_head, stride_slot, stride_kv_head, stride_table, block_size,
+    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+    NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    i = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq = tl.load(seqs_ptr + i).to(tl.int64)
+    token = tl.load(tokens_ptr + i).to(tl.int64)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, seq_len)
+
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    g_mask = offs_g < GROUP
+    d_mask = offs_d < HEAD_DIM
+    heads = kv_head * GROUP + offs_g
+    q = tl.load(
+        q_ptr + token * stride_q_tok + heads[:, None] * stride_q_head + offs_d[None, :],
+        mask=g_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    ).to(COMPUTE)
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < end
+        block = tl.load(block_tables_ptr + seq * stride_table + offs_n // block_size, mask=n_mask, other=0)
+        slot = block.to(tl.int64) * block_size + offs_n % block_size
+        kv_offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
+        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
+        m = m_new
+    # An empty split (a context shorter than the splits) leaves l == 0: weight zero below.
+    has_keys = l > 0
+    out = acc / tl.where(has_keys, l, 1.0)[:, None]
+    lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, l, 1.0)), float("-inf"))
+    row = (i * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split
+    tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=g_mask[:, None] & d_mask[None, :])
+    tl.store(part_lse_ptr + row, lse, mask=g_mask)
+
+
+@triton.jit
+def _decode_reduce_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr, tokens_ptr, stride_out_tok,
+    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+):  # fmt: skip
+    i = tl.program_id(0)
+    head = tl.program_id(1)
+    token = tl.load(tokens_ptr + i).to(tl.int64)
+    offs_s = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, D_PAD)
+    s_mask = offs_s < NUM_SPLITS
+    d_mask = offs_d < HEAD_DIM
+    rows = (i * tl.num_programs(1) + head) * NUM_SPLITS + offs_s
+    lse = tl.load(part_lse_ptr + rows, mask=s_mask, other=float("-inf"))
+    weight = tl.exp(lse - tl.max(lse, 0))
+    parts = tl.load(
+        part_out_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=s_mask[:, None] & d_mask[None, :], other=0.0
+    )
+    out = tl.sum(parts * weight[:, None], 0) / tl.sum(weight, 0)
+    dst = out_ptr + token * stride_out_tok + head * HEAD_DIM + offs_d
+    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=d_mask)
+
+
+def num_splits_for(num_seqs: int, kv_heads: int, max_seq_len: int, target_programs: int) -> int:
+    """Enough splits that the batch fills `target_programs`, never a split under
+    MIN_TOKENS_PER_SPLIT tokens of the longest context. Powers of two, so that few variants compile."""
+    by_length = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
+    by_occupancy = -(-target_programs // max(1, num_seqs * kv_heads))
+    return triton.next_power_of_2(max(1, min(by_length, by_occupancy)))
+
+
+def compute_dtypes(dtype: torch.dtype) -> tuple[tl.dtype, str]:
+    """The dtype matrix products take, and their precision: the cache's own half type on a GPU
+    (tensor cores, float32 accumulation); float32 in the interpreter, which cannot do bf16
+    arithmetic; float32 caches exactly (no TF32 rounding)."""
+    if INTERPRETED or dtype == torch.float32:
+        return tl.float32, "ieee"
+    return (tl.bfloat16 if dtype == torch.bfloat16 else tl.float16), "tf32"
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    seqs: torch.Tensor,
+    tokens: torch.Tensor,
+    out: torch.Tensor,
+    scale: float,
+    num_splits: int,
+) -> None:
+    """For each i, the query at token row tokens[i] of q [tokens, heads, head_dim] attends over
+    sequence seqs[i]'s cache (block_tables[seqs[i]], seq_lens[seqs[i]] keys); the result goes to
+    out[tokens[i]] of out [tokens, heads * head_dim]. Caches: [blocks, block_size, kv_heads, head_dim]."""
+    n = len(seqs)
+    if n == 0:
+        return
+    _, num_heads, head_dim = q.shape
+    _, block_size, kv_heads, _ = k_cache.shape
+    group = num_heads // kv_heads
+    part_out = torch.empty(n * num_heads * num_splits, head_dim, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(n * num_heads * num_splits, dtype=torch.float32, device=q.device)
+    d_pad = max(16, triton.next_power_of_2(head_dim))
+    compute, precision = compute_dtypes(k_cache.dtype)
+    _decode_split_kernel[(n, kv_heads, num_splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, seqs, tokens, part_out, part_lse, scale,
+        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), block_size,
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, D_PAD=d_pad,
+        NUM_SPLITS=num_splits, BLOCK_N=BLOCK_N, COMPUTE=compute, PRECISION=precision,
+    )  # fmt: skip
+    _decode_reduce_kernel[(n, num_heads)](
+        part_out, part_lse, out, tokens, out.stride(0),
+        HEAD_DIM=head_dim, D_PAD=d_pad, NUM_SPLITS=num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
+    )  # fmt: skip

@@ -1,0 +1,102 @@
+"""Paged prefill/extend attention in Triton over the flattened varlen batch.
+
+A chunk's queries may start mid-sequence (chunked prefill, prefix-cache hits): query row r of a
+sequence with q_len new tokens and seq_len cached keys sits at position seq_len - q_len + r and
+sees every key up to it. All keys, the chunk's own included, are read from the paged cache
+(the chunk's K/V are written first), so a cached prefix and the new tokens are one loop.
+One program per (sequence, query head, tile of BLOCK_M query rows); tiles past a sequence's
+end run no iterations and store nothing."""
+
+from __future__ import annotations
+
+import torch
+
+from argosy.kernels.triton_attention_decode import compute_dtypes
+from argosy.kernels.triton_runtime import tl, triton
+
+BLOCK_M = 64
+BLOCK_N = 64
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr, seqs_ptr,
+    scale, stride_q_tok, stride_q_head, stride_out_tok, stride_slot, stride_kv_head, stride_table, block_size,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    seq = tl.load(seqs_ptr + tl.program_id(0)).to(tl.int64)
+    head = tl.program_id(1)
+    tile = tl.program_id(2)
+    kv_head = head // GROUP
+    q_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + seq)
+    context = seq_len - q_len
+
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D_PAD)
+    m_mask = offs_m < q_len
+    d_mask = offs_d < HEAD_DIM
+    rows = (q_start + offs_m).to(tl.int64)
+    q = tl.load(
+        q_ptr + rows[:, None] * stride_q_tok + head * stride_q_head + offs_d[None, :],
+        mask=m_mask[:, None] & d_mask[None, :],
+        other=0.0,
+    ).to(COMPUTE)
+    q_pos = context + offs_m
+    # Keys the tile's last row sees; none for a tile past the sequence's end.
+    end = tl.where(tile * BLOCK_M < q_len, tl.minimum(seq_len, context + (tile + 1) * BLOCK_M), 0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    for n0 in range(0, end, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        n_mask = offs_n < end
+        block = tl.load(block_tables_ptr + seq * stride_table + offs_n // block_size, mask=n_mask, other=0)
+        slot = block.to(tl.int64) * block_size + offs_n % block_size
+        kv_offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
+        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))  # finite: every row sees key 0 on the first tile
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    dst = out_ptr + rows[:, None] * stride_out_tok + head * HEAD_DIM + offs_d[None, :]
+    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
+
+
+def prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seqs: torch.Tensor,
+    max_q_len: int,
+    out: torch.Tensor,
+    scale: float,
+) -> None:
+    """Causal attention of the query rows of each sequence in seqs (query_start_loc[s] to
+    query_start_loc[s + 1] of q [tokens, heads, head_dim]) over its paged cache; results go
+    to the same rows of out [tokens, heads * head_dim]."""
+    if len(seqs) == 0:
+        return
+    _, num_heads, head_dim = q.shape
+    _, block_size, kv_heads, _ = k_cache.shape
+    compute, precision = compute_dtypes(k_cache.dtype)
+    _prefill_kernel[(len(seqs), num_heads, triton.cdiv(max_q_len, BLOCK_M))](
+        q, k_cache, v_cache, out, block_tables, seq_lens, query_start_loc, seqs,
+        scale, q.stride(0), q.stride(1), out.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), block_size,
+        GROUP=num_heads // kv_heads, HEAD_DIM=head_dim, D_PAD=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, COMPUTE=compute, PRECISION=precision,
+    )  # fmt: skip
