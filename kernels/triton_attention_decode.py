@@ -46,7 +46,7 @@ def _decode_split_kernel(
         other=0.0,
     ).to(COMPUTE)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    l = tl.zeros([GROUP_PAD], tl.float32)
+    denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -62,13 +62,13 @@ def _decode_split_kernel(
         m_new = tl.maximum(m, tl.max(s, 1))
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m - m_new)
-        l = l * alpha + tl.sum(p, 1)
+        denom = denom * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
         m = m_new
-    # An empty split (a context shorter than the splits) leaves l == 0: weight zero below.
-    has_keys = l > 0
-    out = acc / tl.where(has_keys, l, 1.0)[:, None]
-    lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, l, 1.0)), float("-inf"))
+    # An empty split (a context shorter than the splits) leaves denom == 0: weight zero below.
+    has_keys = denom > 0
+    out = acc / tl.where(has_keys, denom, 1.0)[:, None]
+    lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, denom, 1.0)), float("-inf"))
     row = (i * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split
     tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=g_mask[:, None] & d_mask[None, :])
     tl.store(part_lse_ptr + row, lse, mask=g_mask)
