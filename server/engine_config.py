@@ -80,10 +80,10 @@ class EngineConfig:
             )
         for name, annotation in typing.get_type_hints(EngineConfig).items():
             choices = literal_choices(annotation)
-            if choices is not None and getattr(self, name) not in choices:
-                raise InvalidRequestError(
-                    f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}", param=name
-                )
+            optional = type(None) in typing.get_args(annotation)
+            value = getattr(self, name)
+            if choices is not None and value not in choices and not (optional and value is None):
+                raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
 
 
 @dataclass(frozen=True)

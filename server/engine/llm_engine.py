@@ -14,6 +14,7 @@ from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.engine.parallel_sampling import ParallelSampling
 from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
 from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.engine.startup_report import StartupReport, log, tensor_bytes
 from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.default_model import resolve_model_path
@@ -40,18 +41,31 @@ class LLMEngine:
         device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.model_config, device)
         torch.manual_seed(config.seed)
-        self.runner = ModelRunner(self.model_config, self.dtype, device, self.limits.max_model_len, config.block_size)
+        clock = _PhaseClock()
+        self.runner = ModelRunner(self.model_config, config, self.dtype, device, self.limits.max_model_len)
+        clock.lap("load")
         largest_step = min(self.limits.max_num_batched_tokens, self.limits.max_model_len)
         budget = kv_cache_budget(
             config, device, lambda: self.runner.profile_peak_bytes(largest_step, config.max_num_seqs)
         )
-        num_blocks = num_kv_blocks(
-            budget,
-            kv_bytes_per_block(self.model_config, config.block_size, self.dtype),
-            self.limits.max_model_len,
-            config.block_size,
-        )
+        clock.lap("profile")
+        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
+        num_blocks = num_kv_blocks(budget, block_bytes, self.limits.max_model_len, config.block_size)
         self.runner.allocate_kv_cache(num_blocks)
+        clock.lap("kv_cache")
+        graph_sizes = self.runner.capture_graphs()
+        clock.lap("graphs")
+        self.startup = StartupReport(
+            str(device),
+            self.runner.backend.name,
+            config.quantization,
+            graph_sizes,
+            num_blocks,
+            tensor_bytes(self.runner.model),
+            num_blocks * block_bytes,
+            clock.seconds,
+        )
+        log.info(self.startup.line())
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill
@@ -153,3 +167,14 @@ class LLMEngine:
             prefix_cache_hits=self.kv.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
         )
+
+
+class _PhaseClock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = now - self._last
+        self._last = now

@@ -1,36 +1,36 @@
 """One decoder-only transformer for Llama, Mistral, Qwen2 and Qwen3. The architectures
-differ only in the flags of ModelConfig: q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3)."""
+differ only in the flags of ModelConfig: q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3).
+Every kernel it runs comes from its attention backend: attention and the KV cache, and the
+norms, rotary and activation (the residual add is fused into the next norm)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 
-from argosy.kernels.kv_cache_ops import write_kv
-from argosy.kernels.paged_attention import AttentionMetadata, paged_attention
+from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from argosy.server.models.model_config import ModelConfig
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
         super().__init__()
+        self.backend = backend
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.scale = cfg.head_dim**-0.5
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        norm = (lambda: RMSNorm(cfg.head_dim, cfg.rms_norm_eps, backend.kernels)) if cfg.qk_norm else None
+        self.q_norm = norm() if norm else None
+        self.k_norm = norm() if norm else None
 
     def forward(
-        self,
-        x: torch.Tensor,
-        positions: torch.Tensor,
-        rotary: RotaryEmbedding,
-        kv_cache: torch.Tensor,
-        meta: AttentionMetadata,
+        self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding, kv_cache: torch.Tensor, meta: Any
     ) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.reshape(-1, self.num_heads, self.head_dim)
@@ -39,51 +39,54 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
-        k_cache, v_cache = kv_cache[0], kv_cache[1]
-        write_kv(k, v, k_cache, v_cache, meta.slot_mapping)
-        return self.o_proj(paged_attention(q, k_cache, v_cache, meta, self.scale))
+        return self.o_proj(self.backend.forward(q, k, v, kv_cache, meta, self.scale))
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
         super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
+        self.self_attn = Attention(cfg, backend)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, backend.kernels)
 
     def forward(
         self,
         x: torch.Tensor,
+        residual: torch.Tensor | None,
         positions: torch.Tensor,
         rotary: RotaryEmbedding,
         kv_cache: torch.Tensor,
-        meta: AttentionMetadata,
-    ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), positions, rotary, kv_cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        meta: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns the layer's output and the residual stream it has not yet been added to."""
+        h, residual = (self.input_layernorm(x), x) if residual is None else self.input_layernorm(x, residual)
+        h = self.self_attn(h, positions, rotary, kv_cache, meta)
+        h, residual = self.post_attention_layernorm(h, residual)
+        return self.mlp(h), residual
 
 
 class CausalLM(nn.Module):
     """Token ids of a flattened batch in, final hidden states out; logits on request."""
 
-    def __init__(self, cfg: ModelConfig, max_position: int):
+    def __init__(self, cfg: ModelConfig, max_position: int, backend: AttentionBackend):
         super().__init__()
         self.config = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, backend) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope)
+        self.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels)
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata
+        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, meta: Any
     ) -> torch.Tensor:
         """kv_cache: [layers, 2, blocks, block_size, kv_heads, head_dim]."""
-        x = self.embed_tokens(input_ids)
+        x, residual = self.embed_tokens(input_ids), None
         for layer, layer_cache in zip(self.layers, kv_cache):
-            x = layer(x, positions, self.rotary, layer_cache, meta)
-        return self.norm(x)
+            x, residual = layer(x, residual, positions, self.rotary, layer_cache, meta)
+        x, _ = self.norm(x, residual)
+        return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

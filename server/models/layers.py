@@ -1,4 +1,6 @@
-"""Building blocks of the decoder: RMSNorm, the gated MLP and rotary position embedding."""
+"""Building blocks of the decoder: RMSNorm, the gated MLP and rotary position embedding. The
+elementwise math runs through a `LayerKernels` (PyTorch by default, or the Triton twins), so
+the same modules, and their checkpoint parameter names, serve both paths."""
 
 from __future__ import annotations
 
@@ -7,41 +9,42 @@ import math
 import torch
 from torch import nn
 
+from argosy.kernels.elementwise import TORCH_KERNELS, LayerKernels
 from argosy.server.models.model_config import RopeConfig
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, size: int, eps: float):
+    def __init__(self, size: int, eps: float, kernels: LayerKernels = TORCH_KERNELS):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        self.kernels = kernels
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32, scale in the model's dtype: the reference implementations do
-        # exactly this, and matching them keeps greedy outputs identical.
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """With `residual`, normalises x + residual and returns it too, as the next residual."""
+        return self.kernels.rms_norm(x, self.weight, self.eps, residual)
 
 
 class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)), with gate and up fused into one matmul."""
 
-    def __init__(self, hidden: int, intermediate: int):
+    def __init__(self, hidden: int, intermediate: int, kernels: LayerKernels = TORCH_KERNELS):
         super().__init__()
         self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.kernels = kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(nn.functional.silu(gate) * up)
+        return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))
 
 
 class RotaryEmbedding(nn.Module):
     """Rotary embedding in the half-split layout of Hugging Face checkpoints, with the
     cos/sin tables precomputed in float32 for every position up to `max_position`."""
 
-    def __init__(self, head_dim: int, max_position: int, rope: RopeConfig):
+    def __init__(self, head_dim: int, max_position: int, rope: RopeConfig, kernels: LayerKernels = TORCH_KERNELS):
         super().__init__()
         inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         inv_freq = scale_inv_freq(inv_freq, rope)
@@ -49,17 +52,12 @@ class RotaryEmbedding(nn.Module):
         emb = torch.cat([freqs, freqs], dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
+        self.kernels = kernels
 
-    def forward(self, positions: torch.Tensor, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Rotates each [tokens, heads, head_dim] tensor in xs by its token's position."""
-        cos = self.cos[positions][:, None, :]
-        sin = self.sin[positions][:, None, :]
-        return tuple(_rotate(x, cos.to(x.dtype), sin.to(x.dtype)) for x in xs)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotates q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] by each
+        token's position."""
+        return self.kernels.rotary(positions, q, k, self.cos, self.sin)
 
 
 def scale_inv_freq(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:

@@ -10,6 +10,7 @@ import re
 
 import torch
 
+from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.exceptions import CheckpointError
 from argosy.server.models.checkpoint import iter_tensors
 from argosy.server.models.decoder import CausalLM
@@ -26,12 +27,14 @@ _FUSED = {
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 
 
-def load_model(cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int) -> CausalLM:
+def load_model(
+    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int, backend: AttentionBackend
+) -> CausalLM:
     with torch.device("meta"), _default_dtype(dtype):
-        model = CausalLM(cfg, max_position)
+        model = CausalLM(cfg, max_position, backend)
     model.to_empty(device=device)
     # Buffers do not survive to_empty; the rotary tables are recomputed on the device.
-    model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope).to(device)
+    model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels).to(device)
     params = dict(model.named_parameters())
     loaded: set[tuple[str, int]] = set()
     for name, tensor in iter_tensors(cfg.path):

@@ -6,10 +6,11 @@ the host, then one copy to the device."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from argosy.kernels.paged_attention import AttentionMetadata, build_metadata
+from argosy.kernels.attention_backend import AttentionBackend, AttentionBatch
 from argosy.server.engine.scheduler import SchedulerOutput
 
 
@@ -27,7 +28,7 @@ class SequenceChunk:
 class ModelInputs:
     input_ids: torch.Tensor  # [tokens]
     positions: torch.Tensor  # [tokens]
-    attention: AttentionMetadata
+    attention: Any  # what the backend built, for every layer
     logits_rows: torch.Tensor  # [sampled sequences] index of each one's last token in the batch
 
 
@@ -43,9 +44,12 @@ def chunks_of(out: SchedulerOutput) -> list[SequenceChunk]:
     return chunks
 
 
-def prepare_inputs(chunks: list[SequenceChunk], block_size: int, device: torch.device) -> ModelInputs:
+def prepare_inputs(
+    chunks: list[SequenceChunk], block_size: int, device: torch.device, backend: AttentionBackend
+) -> ModelInputs:
     token_ids = [t for chunk in chunks for t in chunk.token_ids]
-    q_lens = torch.tensor([len(chunk.token_ids) for chunk in chunks], dtype=torch.long)
+    q_len_list = [len(chunk.token_ids) for chunk in chunks]
+    q_lens = torch.tensor(q_len_list, dtype=torch.long)
     ctx_start = torch.tensor([chunk.start for chunk in chunks], dtype=torch.long)
     query_start_loc = torch.zeros(len(chunks) + 1, dtype=torch.long)
     torch.cumsum(q_lens, 0, out=query_start_loc[1:])
@@ -55,15 +59,21 @@ def prepare_inputs(chunks: list[SequenceChunk], block_size: int, device: torch.d
     slots = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
     sampled = [i for i, chunk in enumerate(chunks) if chunk.sample]
     logits_rows = query_start_loc[1:][sampled] - 1
-    attention = build_metadata(
+    seq_lens = ctx_start + q_lens
+    batch = AttentionBatch(
         slots.to(device),
         query_start_loc.to(device),
-        (ctx_start + q_lens).to(device),
+        seq_lens.to(device),
         block_tables.to(device),
         block_size,
+        q_len_list,
+        int(seq_lens.max()),
     )
     return ModelInputs(
-        torch.tensor(token_ids, dtype=torch.long).to(device), positions.to(device), attention, logits_rows.to(device)
+        torch.tensor(token_ids, dtype=torch.long).to(device),
+        positions.to(device),
+        backend.metadata(batch),
+        logits_rows.to(device),
     )
 
 

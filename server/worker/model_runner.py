@@ -1,6 +1,7 @@
 """ModelRunner: owns the model and the KV cache on the device. A step is two parts: its inputs
 are prepared (model_inputs.py), then one forward pass returns the logits of the sequences to
-sample. The memory-profiling pass goes through the same two parts."""
+sample; decode steps go through CUDA graphs (cuda_graphs.py) when they are on. The
+memory-profiling pass goes through the same parts."""
 
 from __future__ import annotations
 
@@ -8,18 +9,41 @@ import dataclasses
 
 import torch
 
-from argosy.kernels.kv_cache_ops import copy_blocks
+from argosy.kernels.attention_backend import select_backend
 from argosy.server.engine.scheduler import SchedulerOutput
+from argosy.server.engine_config import EngineConfig
+from argosy.server.models.fp8 import quantize_fp8
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes
 from argosy.server.worker.model_inputs import ModelInputs, SequenceChunk, chunks_of, prepare_inputs
 
 
 class ModelRunner:
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_model_len: int, block_size: int):
-        self.cfg, self.dtype, self.device, self.block_size = cfg, dtype, device, block_size
-        self.model = load_model(cfg, dtype, device, max_model_len)
+    def __init__(
+        self, cfg: ModelConfig, config: EngineConfig, dtype: torch.dtype, device: torch.device, max_model_len: int
+    ):
+        self.cfg, self.dtype, self.device, self.block_size = cfg, dtype, device, config.block_size
+        self.backend = select_backend(config.attention_backend, device, cfg.num_kv_heads)
+        self.model = load_model(cfg, dtype, device, max_model_len, self.backend)
+        if config.quantization == "fp8":
+            quantize_fp8(self.model)
         self.kv_cache = self._empty_cache(0)
+        # On CPU graphs exist only as their twin, when sizes are asked for.
+        use_graphs = not config.enforce_eager and (device.type == "cuda" or bool(config.cuda_graph_sizes))
+        self.graphs = (
+            DecodeGraphs(
+                self.model,
+                self.backend,
+                capture_sizes(config.cuda_graph_sizes, config.max_num_seqs),
+                -(-max_model_len // self.block_size),
+                self.block_size,
+                max_model_len,
+                device,
+            )
+            if use_graphs
+            else None
+        )
 
     def _empty_cache(self, num_blocks: int) -> torch.Tensor:
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities,
@@ -37,15 +61,32 @@ class ModelRunner:
         )
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        self.kv_cache = self._empty_cache(num_blocks)
+        """num_blocks for the sequences, and one more, the null block, that padding rows of a
+        graph's batch write to and no sequence owns."""
+        self.kv_cache = self._empty_cache(num_blocks + 1)
+        self.null_block = num_blocks
+
+    def capture_graphs(self) -> list[int]:
+        """The batch sizes captured (none with graphs off)."""
+        if self.graphs is None:
+            return []
+        self.graphs.capture(self.kv_cache, self.null_block)
+        return self.graphs.sizes
 
     def execute(self, out: SchedulerOutput) -> torch.Tensor:
         """Runs the step; returns float32 logits, one row per scheduled sequence that
         `completes`, in schedule order."""
         if out.blocks_to_copy:
             src, dst = zip(*out.blocks_to_copy)
-            copy_blocks(self.kv_cache, torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device))
-        return self.forward(prepare_inputs(chunks_of(out), self.block_size, self.device), self.kv_cache)
+            self.backend.copy_blocks(
+                self.kv_cache, torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
+            )
+        chunks = chunks_of(out)
+        if self.graphs is not None and self.graphs.fits(chunks):
+            hidden = self.graphs.run(chunks)
+            rows = torch.tensor([i for i, chunk in enumerate(chunks) if chunk.sample], device=self.device)
+            return self.model.compute_logits(hidden[rows])
+        return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend), self.kv_cache)
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor:
@@ -55,16 +96,28 @@ class ModelRunner:
     def profile_peak_bytes(self, num_tokens: int, num_logits: int) -> int | None:
         """Runs the largest step the scheduler can produce, a prefill of num_tokens with logits
         for num_logits rows, into a scratch cache, and returns the device's peak memory:
-        weights plus activations. None on CPU, whose KV cache is sized by bytes alone; the
-        pass itself runs anyway."""
+        weights plus activations, plus (graphs on) the activations of the largest decode batch,
+        which the graphs' memory pool keeps. None on CPU, whose KV cache is sized by bytes
+        alone; the passes themselves run anyway."""
         num_blocks = -(-num_tokens // self.block_size)
         prefill = SequenceChunk([0] * num_tokens, 0, list(range(num_blocks)), sample=True)
-        inputs = prepare_inputs([prefill], self.block_size, self.device)
+        inputs = prepare_inputs([prefill], self.block_size, self.device, self.backend)
         inputs = dataclasses.replace(inputs, logits_rows=torch.arange(min(num_logits, num_tokens), device=self.device))
-        if self.device.type == "cuda":
+        cuda = self.device.type == "cuda"
+        if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         self.forward(inputs, self._empty_cache(num_blocks))
-        if self.device.type != "cuda":
+        peak = torch.cuda.max_memory_allocated(self.device) if cuda else 0
+        if self.graphs is not None:
+            batch = self.graphs.sizes[-1]
+            decodes = [SequenceChunk([0], 0, [0], sample=True) for _ in range(batch)]
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
+                before = torch.cuda.memory_allocated(self.device)
+            self.forward(prepare_inputs(decodes, self.block_size, self.device, self.backend), self._empty_cache(1))
+            if cuda:
+                peak += torch.cuda.max_memory_allocated(self.device) - before
+        if not cuda:
             return None
         torch.cuda.synchronize(self.device)
-        return torch.cuda.max_memory_allocated(self.device)
+        return peak

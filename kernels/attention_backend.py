@@ -1,0 +1,74 @@
+"""The attention backends. The model calls one interface: `metadata` once per step (every layer
+reuses what it builds), `forward` once per layer (write the new K/V into the cache, then attend),
+`copy_blocks` for copy-on-write, and `kernels` for the norms, rotary and activation. `torch` is
+the pure-PyTorch path (the CPU path and the reference); `triton` runs the Triton kernels
+(compiled on CUDA, interpreted on CPU). Triton is imported only when its backend is chosen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from argosy.kernels import kv_cache_ops
+from argosy.kernels.elementwise import TORCH_KERNELS, LayerKernels
+from argosy.kernels.paged_attention import AttentionMetadata, build_metadata, paged_attention
+
+
+@dataclass
+class AttentionBatch:
+    """What a step's metadata is built from: the batch on the device, and the facts a builder
+    needs on the host without reading the device back."""
+
+    slot_mapping: torch.Tensor  # [tokens] cache slot of each new token's K/V
+    query_start_loc: torch.Tensor  # [seqs + 1]
+    seq_lens: torch.Tensor  # [seqs] keys in the cache after this step
+    block_tables: torch.Tensor  # [seqs, max_blocks]
+    block_size: int
+    q_lens: list[int]  # new tokens per sequence
+    max_seq_len: int  # an upper bound of seq_lens
+
+
+class AttentionBackend(Protocol):
+    name: str
+    kernels: LayerKernels
+
+    def metadata(self, batch: AttentionBatch) -> Any: ...
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_cache: torch.Tensor, meta: Any, scale: float
+    ) -> torch.Tensor:
+        """q: [tokens, heads, head_dim]; k, v: [tokens, kv_heads, head_dim]; layer_cache:
+        [2, blocks, block_size, kv_heads, head_dim]. Returns [tokens, heads * head_dim]."""
+        ...
+
+    def copy_blocks(self, kv_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None: ...
+
+
+class TorchAttention:
+    name = "torch"
+    kernels = TORCH_KERNELS
+
+    def metadata(self, batch: AttentionBatch) -> AttentionMetadata:
+        return build_metadata(
+            batch.slot_mapping, batch.query_start_loc, batch.seq_lens, batch.block_tables, batch.block_size
+        )
+
+    def forward(self, q, k, v, layer_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        kv_cache_ops.write_kv(k, v, layer_cache[0], layer_cache[1], meta.slot_mapping)
+        return paged_attention(q, layer_cache[0], layer_cache[1], meta, scale)
+
+    def copy_blocks(self, kv_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        kv_cache_ops.copy_blocks(kv_cache, src, dst)
+
+
+def select_backend(name: str, device: torch.device, num_kv_heads: int) -> AttentionBackend:
+    """`auto` is Triton on CUDA and PyTorch elsewhere."""
+    if name == "auto":
+        name = "triton" if device.type == "cuda" else "torch"
+    if name == "torch":
+        return TorchAttention()
+    from argosy.kernels.triton_backend import TritonAttention
+
+    return TritonAttention(device, num_kv_heads)

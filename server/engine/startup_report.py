@@ -1,0 +1,44 @@
+"""What the engine settled on at start-up, and how long each phase took: one log line an
+operator can read to see which path a pod runs (backend, graphs, quantization) and where
+its memory went."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+log = logging.getLogger("argosy.engine")
+
+_MIB = 1 << 20
+
+
+@dataclass
+class StartupReport:
+    device: str
+    backend: str
+    quantization: str | None
+    graph_sizes: list[int]
+    kv_blocks: int
+    weight_bytes: int
+    kv_cache_bytes: int
+    seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time, in order
+
+    def line(self) -> str:
+        graphs = f"{len(self.graph_sizes)} sizes {_ranges(self.graph_sizes)}" if self.graph_sizes else "off"
+        phases = ", ".join(f"{name} {secs:.2f}s" for name, secs in self.seconds.items())
+        return (
+            f"engine ready on {self.device}: attention backend {self.backend}, cuda graphs {graphs}, "
+            f"quantization {self.quantization or 'none'}, weights {self.weight_bytes / _MIB:.1f} MiB, "
+            f"KV cache {self.kv_blocks} blocks ({self.kv_cache_bytes / _MIB:.1f} MiB); {phases}"
+        )
+
+
+def tensor_bytes(module: torch.nn.Module) -> int:
+    """Bytes of a module's saved state: its weights (quantized or not) and their scales."""
+    return sum(t.numel() * t.element_size() for t in module.state_dict().values())
+
+
+def _ranges(sizes: list[int]) -> str:
+    return "[" + ", ".join(map(str, sizes)) + "]" if len(sizes) <= 6 else f"[{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}]"

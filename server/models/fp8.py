@@ -1,0 +1,113 @@
+"""Online FP8 weight quantization, as vLLM's `quantization="fp8"` does it.
+
+At load, every linear layer of the decoder layers is replaced by an `Fp8Linear`: its weight in
+float8 e4m3 with one float32 scale per output channel. That halves the bytes of the weights
+that dominate the model, so the KV cache gets them. The embedding and the LM head stay in the
+model dtype, as in vLLM: they are lookups or run once per sampled token, and the logits are
+where rounding would show most.
+
+The product runs in FP8 on GPUs with FP8 tensor cores (compute capability 8.9 and up), with
+activations quantized per token on the fly; elsewhere the weight is dequantized for each
+call, which keeps the memory saving and computes the same function (the CPU twin)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = torch.finfo(FP8).max  # 448
+# vLLM's floor for dynamic activation scales: an all-zero token row must not divide by zero.
+MIN_SCALE = 1.0 / (FP8_MAX * 512.0)
+_QUANTIZED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[out, in] weight -> (e4m3 weight [out, in], float32 scale [out])."""
+    w = weight.float()
+    amax = w.abs().amax(dim=1)
+    # A zero row would give scale 0 and 0/0 = NaN; any positive scale encodes it exactly.
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    # amax/scale can round to just above 448, which e4m3fn (no infinities) would turn into NaN.
+    q = (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q, scale
+
+
+def fp8_gemm_supported(device: torch.device) -> bool:
+    """FP8 tensor cores: NVIDIA Ada (8.9) and Hopper (9.0) and later. ROCm's MI300 wants the
+    e4m3fnuz variant, which we do not produce, so it takes the dequantized path."""
+    if device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+class Fp8Linear(nn.Module):
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        q, scale = quantize_weight(linear.weight.detach())
+        self.weight = nn.Parameter(q, requires_grad=False)
+        self.weight_scale = nn.Parameter(scale, requires_grad=False)
+        bias = linear.bias
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        dtype = linear.weight.dtype
+        # Decided once, per layer: _scaled_mm wants both weight dims divisible by 16, and its
+        # rowwise kernels output bf16 on every torch we meet (fp16 only on recent ones).
+        self.use_fp8_gemm = (
+            fp8_gemm_supported(q.device)
+            and dtype == torch.bfloat16
+            and self.in_features % 16 == 0
+            and self.out_features % 16 == 0
+        )
+
+    def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
+        return self.weight.to(dtype) * self.weight_scale[:, None].to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.use_fp8_gemm:
+            return nn.functional.linear(x, self.dequantized_weight(x.dtype), self.bias)
+        x2 = x.reshape(-1, self.in_features)
+        x_scale = (x2.abs().amax(dim=-1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE)
+        # mat1 must be row-major; mat2 column-major, which .t() of the [out, in] weight is.
+        x_fp8 = (x2.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8).contiguous()
+        w_scale = self.weight_scale.view(1, -1)  # [1, out], contiguous as rowwise scaling wants
+        out = torch._scaled_mm(x_fp8, self.weight.t(), scale_a=x_scale, scale_b=w_scale, out_dtype=x.dtype)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp8_gemm={self.use_fp8_gemm}"
+
+
+def _decoder_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    found = []
+    for layer in model.layers:
+        for path in _QUANTIZED:
+            owner_name, attr = path.split(".")
+            owner = getattr(layer, owner_name)
+            found.append((owner, attr, getattr(owner, attr)))
+    return found
+
+
+@torch.no_grad()
+def quantize_fp8(model: nn.Module) -> None:
+    """Replaces, in place, the linear layers of the decoder layers by Fp8Linear."""
+    for owner, attr, linear in _decoder_linears(model):
+        if isinstance(linear, nn.Linear):
+            # One layer at a time, and the bf16 weight dropped at once, so the peak stays
+            # one layer above the quantized model.
+            setattr(owner, attr, Fp8Linear(linear))
+            linear.weight = None
+    if any(p.is_cuda for p in model.parameters()):
+        torch.cuda.empty_cache()  # hand the freed bf16 weights back before the KV cache is sized
+
+
+def linear_weight_bytes(model: nn.Module) -> int:
+    """Bytes of the decoder layers' linear weights, with their scales when quantized; biases
+    (model dtype either way) are not counted."""
+    total = 0
+    for _, _, linear in _decoder_linears(model):
+        tensors = [linear.weight] + ([linear.weight_scale] if isinstance(linear, Fp8Linear) else [])
+        total += sum(t.numel() * t.element_size() for t in tensors)
+    return total

@@ -1,0 +1,51 @@
+"""Decode steps through the CUDA-graph runner's CPU twin: the same static buffers, padding to
+the next captured size and bucketing, with an eager call where a GPU would replay. Greedy
+outputs must not change, for batches that land between the captured sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from argosy import SamplingParams
+from argosy.server.worker.cuda_graphs import capture_sizes
+from tests.checkpoints import tiny_llm
+
+
+def test_default_sizes_follow_vllm_and_reach_max_num_seqs():
+    assert capture_sizes([], 256) == [1, 2, 4, *range(8, 257, 8)]
+    assert capture_sizes([], 20) == [1, 2, 4, 8, 16, 20]
+    assert capture_sizes([], 3) == [1, 2, 3]
+    assert capture_sizes([16, 3, 1, 64, 3], 32) == [1, 3, 16]
+
+
+def greedy(llm, prompts, max_tokens):
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    return [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_graph_twin_gives_the_eager_greedy_tokens(checkpoints, arch):
+    # 7 prompts of different lengths finish at different steps, so decode batches of 7, 6, ... 1
+    # run: most between captured sizes (padded up to 2, 4 or 8), buffers reused as rows leave.
+    prompts = [[(17 * i + j) % 300 + 3 for j in range(3 + 5 * i)] for i in range(7)]
+    max_tokens = [4 + 3 * i for i in range(7)]
+    eager = tiny_llm(checkpoints[arch], enforce_eager=True)
+    assert eager.engine.runner.graphs is None
+    twin = tiny_llm(checkpoints[arch], cuda_graph_sizes=[1, 2, 4, 8], max_num_seqs=8)
+    graphs = twin.engine.runner.graphs
+    assert graphs.sizes == [1, 2, 4, 8] and twin.engine.startup.graph_sizes == [1, 2, 4, 8]
+    batches: list[int] = []
+    run = graphs.run
+    graphs.run = lambda chunks: (batches.append(len(chunks)), run(chunks))[1]
+    for n in (3, 7):  # separate generate calls: the second reuses the buffers the first dirtied
+        expected = [greedy(eager, [p], m)[0] for p, m in zip(prompts[:n], max_tokens[:n])]
+        params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in max_tokens[:n]]
+        outputs = twin.generate([{"prompt_token_ids": p} for p in prompts[:n]], params)
+        assert [o.outputs[0].token_ids for o in outputs] == expected
+    assert {3, 5, 6, 7} <= set(batches)  # batches padded to 4 and 8 ran through the runner
+
+
+def test_enforce_eager_and_the_cpu_default_run_without_graphs(checkpoints):
+    assert tiny_llm(checkpoints["llama"]).engine.runner.graphs is None  # CPU: no sizes asked for
+    llm = tiny_llm(checkpoints["llama"], cuda_graph_sizes=[1, 2], enforce_eager=True)
+    assert llm.engine.runner.graphs is None and llm.engine.startup.graph_sizes == []
