@@ -19,7 +19,7 @@ def generate(llm, prompts, **params):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_triton_backend_matches_torch_backend(checkpoints, arch):
     shared = list(range(40, 80))  # 40 tokens: two and a half blocks of a common prefix
-    prompts = [shared + [5, 6, 7], shared + [9] * 30, [11, 12, 13], shared + [100 + i for i in range(60)]]
+    prompts = [[*shared, 5, 6, 7], [*shared] + [9] * 30, [11, 12, 13], [*shared, *range(100, 160)]]
     # A 32-token step budget splits the long prompts into chunks that start mid-sequence.
     settings = dict(max_num_batched_tokens=32, enable_prefix_caching=True)
     torch_llm = tiny_llm(checkpoints[arch], attention_backend="torch", **settings)
