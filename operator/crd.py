@@ -88,7 +88,10 @@ def field_schema(field: FieldInfo) -> dict[str, Any]:
     schema = type_schema(field.annotation)
     if field.description:
         schema["description"] = field.description
-    schema.update(_constraints(field))
+    constraints = _constraints(field)
+    if schema.get("type") == "array":  # a list's length bounds count its items
+        constraints = {k.replace("Length", "Items"): v for k, v in constraints.items()}
+    schema.update(constraints)
     default = _default(field)
     if default is not None:
         schema["default"] = default
@@ -102,6 +105,8 @@ def type_schema(annotation: Any) -> dict[str, Any]:
         for extra in args[1:]:
             if isinstance(extra, FieldInfo):
                 schema.update(_constraints(extra))
+                if extra.description:
+                    schema["description"] = extra.description
         return schema
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
@@ -153,6 +158,7 @@ _ORDER = (
     "maximum",
     "minLength",
     "maxLength",
+    "maxItems",
     "pattern",
     "format",
     "default",

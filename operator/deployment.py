@@ -37,6 +37,8 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
             continue
         if isinstance(value, bool):
             args.append(flag if value else flag.replace("--", "--no-", 1))
+        elif isinstance(value, list):  # a repeatable flag
+            args += [arg for item in value for arg in (flag, str(item))]
         else:
             args += [flag, str(value)]
     return args

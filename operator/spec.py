@@ -7,7 +7,7 @@ the fields they constrain. Engine settings take the server's own defaults and fl
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,7 +24,7 @@ from argosy.operator.kube_types import (
     rules,
 )
 from argosy.server.api.server_config import ServerConfig
-from argosy.server.engine_config import DEFAULT_BATCHED_TOKENS, DType, EngineConfig
+from argosy.server.engine_config import DEFAULT_BATCHED_TOKENS, AttentionBackendName, DType, EngineConfig
 
 GROUP, VERSION, PLURAL, KIND = "argosy.dev", "v1alpha1", "inferenceservices", "InferenceService"
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
@@ -167,6 +167,31 @@ class EngineSpec(KubeModel):
     )
     dtype: DType = serve_setting(
         "dtype", description=("Weights and KV-cache dtype (--dtype); auto: the checkpoint's half type on GPU.")
+    )
+    attentionBackend: AttentionBackendName = serve_setting(
+        "attention_backend",
+        description=(
+            "Kernels of attention, KV-cache writes, norms, rotary and activation (--attention-backend); auto: "
+            "Triton on GPUs, PyTorch on CPU nodes."
+        ),
+    )
+    enforceEager: bool = serve_setting(
+        "enforce_eager", description="Run decode steps without CUDA graphs (--enforce-eager)."
+    )
+    cudaGraphSizes: list[Annotated[int, Field(ge=1, le=4096, description="A decode batch size.")]] = serve_setting(
+        "cuda_graph_sizes",
+        max_length=64,
+        description=(
+            "Decode batch sizes captured as CUDA graphs (--cuda-graph-sizes); default 1, 2, 4, 8, then steps of "
+            "8 up to maxNumSeqs."
+        ),
+    )
+    quantization: Literal["fp8"] | None = serve_setting(
+        "quantization",
+        description=(
+            "fp8: linear-layer weights in float8 e4m3 with per-channel scales, quantized at load (--quantization); "
+            "FP8 matrix products on GPUs of compute capability 8.9 and up."
+        ),
     )
     maxWaitingRequests: int = serve_setting(
         "max_waiting_requests",

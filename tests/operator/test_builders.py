@@ -72,6 +72,10 @@ def test_deployment_runs_argosy_serve_with_the_engine_flags():
     assert flags["--gpu-memory-utilization"] == "0.85" and flags["--max-num-seqs"] == "128"
     assert flags["--shutdown-timeout"] == "120" and flags["--max-waiting-requests"] == "64"
     assert "--no-enable-prefix-caching" in args and "--no-enable-chunked-prefill" in args
+    assert flags["--attention-backend"] == "triton" and flags["--quantization"] == "fp8"
+    assert "--no-enforce-eager" in args
+    sizes = [args[i + 1] for i, a in enumerate(args) if a == "--cuda-graph-sizes"]
+    assert sizes == ["1", "2", "4", "8", "16"]
     assert {
         "name": "ARGOSY_API_KEY",
         "valueFrom": {"secretKeyRef": {"name": "llm-keys", "key": "api-key"}},
