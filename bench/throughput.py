@@ -54,8 +54,8 @@ def run_argosy(llm, batch: list[list[int]], max_tokens: int, ignore_eos: bool) -
 def run_hf(model, batch: list[list[int]], max_tokens: int, ignore_eos: bool) -> tuple[float, int]:
     width = max(map(len, batch))
     pad = model.config.pad_token_id or 0
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
     start = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(
@@ -87,11 +87,12 @@ def main() -> None:
     from argosy.server.models.default_model import resolve_model_path
 
     llm = LLM(args.model)
-    hf = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(args.model)), dtype=llm.engine.dtype).eval()
+    path = str(resolve_model_path(args.model))
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=llm.engine.dtype).to(llm.engine.runner.device).eval()
     batch = prompts(llm.get_tokenizer(), args.num_requests)
     run_argosy(llm, batch[:2], 4, True)  # warm-up
     print(
-        f"\n{args.num_requests} requests, dtype {llm.engine.dtype}, {torch.get_num_threads()} threads, "
+        f"\n{args.num_requests} requests, {llm.engine.startup.line()}, {torch.get_num_threads()} threads, "
         f"prompts {min(map(len, batch))}-{max(map(len, batch))} tokens, greedy"
     )
     print(f"| {'scenario':34} | {'system':26} | {'seconds':>7} | {'tokens':>6} | {'tokens/s':>8} | {'vs HF':>6} |")

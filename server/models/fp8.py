@@ -42,6 +42,9 @@ def fp8_gemm_supported(device: torch.device) -> bool:
 
 
 class Fp8Linear(nn.Module):
+    """nn.Linear with an e4m3 weight [out, in], a float32 scale per output channel and the
+    bias in the model dtype."""
+
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -51,8 +54,8 @@ class Fp8Linear(nn.Module):
         bias = linear.bias
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         dtype = linear.weight.dtype
-        # Decided once, per layer: _scaled_mm wants both weight dims divisible by 16, and its
-        # rowwise kernels output bf16 on every torch we meet (fp16 only on recent ones).
+        # Decided once, per layer: _scaled_mm wants both weight dims divisible by 16, and older
+        # torch releases give rowwise scaling bf16 output only, so fp16/fp32 models dequantize.
         self.use_fp8_gemm = (
             fp8_gemm_supported(q.device)
             and dtype == torch.bfloat16

