@@ -33,6 +33,7 @@ class AttentionBatch:
 class AttentionBackend(Protocol):
     name: str
     kernels: LayerKernels
+    captures_graphs: bool  # its metadata and forward pass never read the device back
 
     def metadata(self, batch: AttentionBatch) -> Any: ...
 
@@ -49,6 +50,7 @@ class AttentionBackend(Protocol):
 class TorchAttention:
     name = "torch"
     kernels = TORCH_KERNELS
+    captures_graphs = False  # the tile plan reads context lengths back to the host
 
     def metadata(self, batch: AttentionBatch) -> AttentionMetadata:
         return build_metadata(

@@ -29,6 +29,7 @@ class TritonAttentionMetadata:
 class TritonAttention:
     name = "triton"
     kernels = TRITON_KERNELS
+    captures_graphs = True
 
     def __init__(self, device: torch.device, num_kv_heads: int):
         self.device, self.num_kv_heads = device, num_kv_heads

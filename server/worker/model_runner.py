@@ -29,8 +29,12 @@ class ModelRunner:
         if config.quantization == "fp8":
             quantize_fp8(self.model)
         self.kv_cache = self._empty_cache(0)
-        # On CPU graphs exist only as their twin, when sizes are asked for.
-        use_graphs = not config.enforce_eager and (device.type == "cuda" or bool(config.cuda_graph_sizes))
+        # On CPU graphs exist only as their twin, when sizes are asked for; on CUDA only with
+        # a backend whose step can be captured.
+        on_device = device.type == "cuda" and self.backend.captures_graphs
+        use_graphs = not config.enforce_eager and (
+            on_device if device.type == "cuda" else bool(config.cuda_graph_sizes)
+        )
         self.graphs = (
             DecodeGraphs(
                 self.model,
