@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from argosy.kernels.triton_runtime import INTERPRETED, tl, triton
+from argosy.kernels.triton_paged_kv import compute_dtypes, load_kv_tile, softmax_step
+from argosy.kernels.triton_runtime import tl, triton
 
 BLOCK_N = 64  # keys per iteration
 MIN_TOKENS_PER_SPLIT = 256  # below this a split's fixed cost outweighs the parallelism it adds
@@ -48,23 +49,17 @@ def _decode_split_kernel(
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     denom = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
+    table_ptr = block_tables_ptr + seq * stride_table
     for n0 in range(start, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_mask = offs_n < end
-        block = tl.load(block_tables_ptr + seq * stride_table + offs_n // block_size, mask=n_mask, other=0)
-        slot = block.to(tl.int64) * block_size + offs_n % block_size
-        kv_offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
-        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
+        k, v = load_kv_tile(
+            k_cache_ptr, v_cache_ptr, table_ptr, block_size, offs_n, n_mask, kv_head, stride_slot, stride_kv_head,
+            offs_d, d_mask, COMPUTE,
+        )  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         s = tl.where(n_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        denom = denom * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
-        m = m_new
+        m, denom, acc = softmax_step(s, v, m, denom, acc, COMPUTE, PRECISION)
     # An empty split (a context shorter than the splits) leaves denom == 0: weight zero below.
     has_keys = denom > 0
     out = acc / tl.where(has_keys, denom, 1.0)[:, None]
@@ -103,15 +98,6 @@ def num_splits_for(num_seqs: int, kv_heads: int, max_seq_len: int, target_progra
     by_length = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
     by_occupancy = -(-target_programs // max(1, num_seqs * kv_heads))
     return triton.next_power_of_2(max(1, min(by_length, by_occupancy)))
-
-
-def compute_dtypes(dtype: torch.dtype) -> tuple[tl.dtype, str]:
-    """The dtype matrix products take, and their precision: the cache's own half type on a GPU
-    (tensor cores, float32 accumulation); float32 in the interpreter, which cannot do bf16
-    arithmetic; float32 caches exactly (no TF32 rounding)."""
-    if INTERPRETED or dtype == torch.float32:
-        return tl.float32, "ieee"
-    return (tl.bfloat16 if dtype == torch.bfloat16 else tl.float16), "tf32"
 
 
 def decode_attention(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from argosy.kernels.triton_attention_decode import compute_dtypes
+from argosy.kernels.triton_paged_kv import compute_dtypes, load_kv_tile, softmax_step
 from argosy.kernels.triton_runtime import tl, triton
 
 BLOCK_M = 64
@@ -50,24 +50,18 @@ def _prefill_kernel(
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     denom = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    table_ptr = block_tables_ptr + seq * stride_table
     for n0 in range(0, end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         n_mask = offs_n < end
-        block = tl.load(block_tables_ptr + seq * stride_table + offs_n // block_size, mask=n_mask, other=0)
-        slot = block.to(tl.int64) * block_size + offs_n % block_size
-        kv_offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
-        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(COMPUTE)
+        k, v = load_kv_tile(
+            k_cache_ptr, v_cache_ptr, table_ptr, block_size, offs_n, n_mask, kv_head, stride_slot, stride_kv_head,
+            offs_d, d_mask, COMPUTE,
+        )  # fmt: skip
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))  # finite: every row sees key 0 on the first tile
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        denom = denom * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
-        m = m_new
+        s = tl.where(visible, s, float("-inf"))  # every row sees key 0 on the first tile
+        m, denom, acc = softmax_step(s, v, m, denom, acc, COMPUTE, PRECISION)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     dst = out_ptr + rows[:, None] * stride_out_tok + head * HEAD_DIM + offs_d[None, :]
     tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])

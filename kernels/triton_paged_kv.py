@@ -1,0 +1,45 @@
+"""What the Triton attention kernels share: reading a tile of keys and values through a block
+table, one online-softmax step over it, and the dtype their matrix products take."""
+
+from __future__ import annotations
+
+import torch
+
+from argosy.kernels.triton_runtime import INTERPRETED, tl, triton
+
+
+@triton.jit
+def load_kv_tile(
+    k_cache_ptr, v_cache_ptr, table_ptr, block_size, offs_n, n_mask, kv_head, stride_slot, stride_kv_head,
+    offs_d, d_mask, COMPUTE: tl.constexpr,
+):  # fmt: skip
+    """Keys and values of token positions offs_n of one sequence (table_ptr: its block table):
+    block id, then the slot within the block, so a tile may span blocks of any size."""
+    block = tl.load(table_ptr + offs_n // block_size, mask=n_mask, other=0)
+    slot = block.to(tl.int64) * block_size + offs_n % block_size
+    offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
+    mask = n_mask[:, None] & d_mask[None, :]
+    k = tl.load(k_cache_ptr + offs, mask=mask, other=0.0).to(COMPUTE)
+    v = tl.load(v_cache_ptr + offs, mask=mask, other=0.0).to(COMPUTE)
+    return k, v
+
+
+@triton.jit
+def softmax_step(s, v, m, denom, acc, COMPUTE: tl.constexpr, PRECISION: tl.constexpr):
+    """Folds a tile of scores s (masked entries -inf; every row with a finite running maximum
+    m) and its values v into the running maximum, denominator and weighted sum."""
+    m_new = tl.maximum(m, tl.max(s, 1))
+    p = tl.exp(s - m_new[:, None])
+    alpha = tl.exp(m - m_new)
+    denom = denom * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
+    return m_new, denom, acc
+
+
+def compute_dtypes(dtype: torch.dtype) -> tuple[tl.dtype, str]:
+    """The dtype matrix products take, and their precision: the cache's own half type on a GPU
+    (tensor cores, float32 accumulation); float32 in the interpreter, which cannot do bf16
+    arithmetic; float32 caches exactly (no TF32 rounding)."""
+    if INTERPRETED or dtype == torch.float32:
+        return tl.float32, "ieee"
+    return (tl.bfloat16 if dtype == torch.bfloat16 else tl.float16), "tf32"
