@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from argosy.kernels.triton_paged_kv import compute_dtypes, load_kv_tile, softmax_step
+from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
 from argosy.kernels.triton_runtime import tl, triton
 
 BLOCK_N = 64  # keys per iteration
@@ -51,14 +51,10 @@ def _decode_split_kernel(
     acc = tl.zeros([GROUP_PAD, D_PAD], tl.float32)
     table_ptr = block_tables_ptr + seq * stride_table
     for n0 in range(start, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < end
-        k, v = load_kv_tile(
-            k_cache_ptr, v_cache_ptr, table_ptr, block_size, offs_n, n_mask, kv_head, stride_slot, stride_kv_head,
-            offs_d, d_mask, COMPUTE,
+        s, v, _ = tile_scores(
+            q, k_cache_ptr, v_cache_ptr, table_ptr, block_size, n0, end, kv_head, stride_slot, stride_kv_head,
+            offs_d, d_mask, scale, BLOCK_N, COMPUTE, PRECISION,
         )  # fmt: skip
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        s = tl.where(n_mask[None, :], s, float("-inf"))
         m, denom, acc = softmax_step(s, v, m, denom, acc, COMPUTE, PRECISION)
     # An empty split (a context shorter than the splits) leaves denom == 0: weight zero below.
     has_keys = denom > 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from argosy.kernels.triton_paged_kv import compute_dtypes, load_kv_tile, softmax_step
+from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
 from argosy.kernels.triton_runtime import tl, triton
 
 BLOCK_M = 64
@@ -52,15 +52,12 @@ def _prefill_kernel(
     acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
     table_ptr = block_tables_ptr + seq * stride_table
     for n0 in range(0, end, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        n_mask = offs_n < end
-        k, v = load_kv_tile(
-            k_cache_ptr, v_cache_ptr, table_ptr, block_size, offs_n, n_mask, kv_head, stride_slot, stride_kv_head,
-            offs_d, d_mask, COMPUTE,
+        s, v, offs_n = tile_scores(
+            q, k_cache_ptr, v_cache_ptr, table_ptr, block_size, n0, end, kv_head, stride_slot, stride_kv_head,
+            offs_d, d_mask, scale, BLOCK_N, COMPUTE, PRECISION,
         )  # fmt: skip
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        visible = n_mask[None, :] & (offs_n[None, :] <= q_pos[:, None])
-        s = tl.where(visible, s, float("-inf"))  # every row sees key 0 on the first tile
+        # Causal: every row sees key 0 on the first tile, so its running maximum is finite.
+        s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
         m, denom, acc = softmax_step(s, v, m, denom, acc, COMPUTE, PRECISION)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     dst = out_ptr + rows[:, None] * stride_out_tok + head * HEAD_DIM + offs_d[None, :]

@@ -1,4 +1,4 @@
-"""What the Triton attention kernels share: reading a tile of keys and values through a block
+"""What the Triton attention kernels share: the scores of a tile of keys read through a block
 table, one online-softmax step over it, and the dtype their matrix products take."""
 
 from __future__ import annotations
@@ -9,19 +9,23 @@ from argosy.kernels.triton_runtime import INTERPRETED, tl, triton
 
 
 @triton.jit
-def load_kv_tile(
-    k_cache_ptr, v_cache_ptr, table_ptr, block_size, offs_n, n_mask, kv_head, stride_slot, stride_kv_head,
-    offs_d, d_mask, COMPUTE: tl.constexpr,
+def tile_scores(
+    q, k_cache_ptr, v_cache_ptr, table_ptr, block_size, n0, end, kv_head, stride_slot, stride_kv_head,
+    offs_d, d_mask, scale, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
-    """Keys and values of token positions offs_n of one sequence (table_ptr: its block table):
-    block id, then the slot within the block, so a tile may span blocks of any size."""
+    """Scores of the queries q against the keys at positions n0 .. n0 + BLOCK_N of one sequence
+    (table_ptr: its block table), -inf from `end` on, with the tile's values and positions.
+    Each key is found by block id, then slot in the block: a tile may span blocks of any size."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < end
     block = tl.load(table_ptr + offs_n // block_size, mask=n_mask, other=0)
     slot = block.to(tl.int64) * block_size + offs_n % block_size
     offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
     mask = n_mask[:, None] & d_mask[None, :]
     k = tl.load(k_cache_ptr + offs, mask=mask, other=0.0).to(COMPUTE)
     v = tl.load(v_cache_ptr + offs, mask=mask, other=0.0).to(COMPUTE)
-    return k, v
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    return tl.where(n_mask[None, :], s, float("-inf")), v, offs_n
 
 
 @triton.jit
