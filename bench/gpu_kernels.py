@@ -107,10 +107,14 @@ def step_rows(shape, device, dtype, batches, context, iters, backend_name) -> No
         cfg.num_layers, 2, num_blocks + 1, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim, dtype=dtype, device=device
     )
     print(f"\ndecode step, {shape}, context {context}, {dtype}, backend {backend.name}, {device}")
-    print("| weights | linear weight GiB | batch | eager ms | graphs ms | graphs speed-up |\n|---|--:|--:|--:|--:|--:|")
+    print(
+        "| weights | linear weight GiB | batch | eager ms | graphs ms | graphs speed-up | max abs logit diff |\n"
+        "|---|--:|--:|--:|--:|--:|--:|"
+    )
     for weights in (str(dtype).removeprefix("torch."), "fp8"):
         if weights == "fp8":
             quantize_fp8(model)
+            fp8_error = fp8_product_error(model.layers[0].mlp.gate_up_proj, cfg.hidden_size, device, dtype)
         graphs = DecodeGraphs(model, backend, batches, blocks_per_seq, BLOCK_SIZE, max_len, device)
         graphs.capture(kv_cache, num_blocks)
         gib = linear_weight_bytes(model) / (1 << 30)
@@ -118,23 +122,43 @@ def step_rows(shape, device, dtype, batches, context, iters, backend_name) -> No
             rng = random.Random(batch)
             tables = [list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq)) for i in range(batch)]
             chunks = [SequenceChunk([rng.randrange(cfg.vocab_size)], context, table, True) for table in tables]
-            eager, graphed = time_step(model, backend, graphs, kv_cache, chunks, device, iters)
+            eager, graphed, diff = time_step(model, backend, graphs, kv_cache, chunks, device, iters)
             ms = f"{eager * 1e3:.2f} | {graphed * 1e3:.2f}"
-            print(f"| {weights} | {gib:.2f} | {batch} | {ms} | {eager / graphed:.2f}x |")
+            print(f"| {weights} | {gib:.2f} | {batch} | {ms} | {eager / graphed:.2f}x | {diff:.3g} |")
         graphs = None  # its memory pool goes before the next capture
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    print(
+        f"\nfp8 product ({'FP8 GEMM' if model.layers[0].mlp.gate_up_proj.use_fp8_gemm else 'dequantized'}): "
+        f"relative error {fp8_error:.4f} against the dequantized weight's product (e4m3: about 2^-4 or less)"
+    )
+
+
+def fp8_product_error(layer, width: int, device, dtype) -> float:
+    """The quantized layer's product against the same weight dequantized, on random activations:
+    checks the FP8 GEMM path (its per-token activation scales) where it runs."""
+    x = torch.randn(64, width, device=device, dtype=dtype)
+    with torch.inference_mode():
+        ours = layer(x).float()
+        exact = torch.nn.functional.linear(x, layer.dequantized_weight(dtype)).float()
+    return float((ours - exact).norm() / exact.norm())
 
 
 @torch.inference_mode()
-def time_step(model, backend, graphs, kv_cache, chunks, device, iters) -> tuple[float, float]:
-    """Seconds per decode step, eager and through the graphs, host-side input building included."""
+def time_step(model, backend, graphs, kv_cache, chunks, device, iters) -> tuple[float, float, float]:
+    """Seconds per decode step, eager and through the graphs, host-side input building included,
+    and how far apart their logits are: rounding only (a graph may split long contexts
+    differently, as it is sized for max_model_len)."""
 
     def eager():
         inputs = prepare_inputs(chunks, BLOCK_SIZE, device, backend)
         return model.compute_logits(model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention))
 
-    return timed(eager, device, iters), timed(lambda: model.compute_logits(graphs.run(chunks)), device, iters)
+    def graphed():
+        return model.compute_logits(graphs.run(chunks))
+
+    diff = float((eager() - graphed()).abs().max())
+    return timed(eager, device, iters), timed(graphed, device, iters), diff
 
 
 def main() -> None:

@@ -90,4 +90,5 @@ def prefill_attention(
         block_tables.stride(0), block_size,
         GROUP=num_heads // kv_heads, HEAD_DIM=head_dim, D_PAD=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, COMPUTE=compute, PRECISION=precision,
+        num_stages=2 if compute == tl.float32 else 3,  # float32 K/V tiles, triple-buffered, crowd shared memory
     )  # fmt: skip

@@ -15,7 +15,7 @@ def _write_kv_kernel(
     stride_k_tok, stride_v_tok, stride_slot,
     ROW: tl.constexpr, ROW_PAD: tl.constexpr,
 ):  # fmt: skip
-    token = tl.program_id(0)
+    token = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_mapping_ptr + token).to(tl.int64)
     offs = tl.arange(0, ROW_PAD)
     mask = offs < ROW

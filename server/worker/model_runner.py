@@ -88,7 +88,7 @@ class ModelRunner:
         chunks = chunks_of(out)
         if self.graphs is not None and self.graphs.fits(chunks):
             hidden = self.graphs.run(chunks)
-            rows = torch.tensor([i for i, chunk in enumerate(chunks) if chunk.sample], device=self.device)
+            rows = torch.tensor([i for i, c in enumerate(chunks) if c.sample], dtype=torch.long, device=self.device)
             return self.model.compute_logits(hidden[rows])
         return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend), self.kv_cache)
 

@@ -46,6 +46,7 @@ def test_graph_twin_gives_the_eager_greedy_tokens(checkpoints, arch):
 
 
 def test_enforce_eager_and_the_cpu_default_run_without_graphs(checkpoints):
-    assert tiny_llm(checkpoints["llama"]).engine.runner.graphs is None  # CPU: no sizes asked for
+    cpu = tiny_llm(checkpoints["llama"], device="cpu")
+    assert cpu.engine.runner.graphs is None  # on CPU only given sizes turn the twin on
     llm = tiny_llm(checkpoints["llama"], cuda_graph_sizes=[1, 2], enforce_eager=True)
     assert llm.engine.runner.graphs is None and llm.engine.startup.graph_sizes == []
