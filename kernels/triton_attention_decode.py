@@ -3,7 +3,8 @@
 One program per (sequence, KV head, split of the context): the KV head is read once for its
 whole group of query heads (GQA), whose queries are the rows of one matrix product. A long
 context is split across programs so that a small batch still fills the GPU; each split
-leaves a partial output and its log-sum-exp, and a reduction kernel combines them. Keys are
+leaves a partial output and its log-sum-exp, and a reduction kernel combines them (a single
+split writes its output directly). Keys are
 reached through the block table token by token (block id, then offset), so any block size
 works and a tile may span several blocks."""
 
@@ -21,8 +22,8 @@ MIN_TOKENS_PER_SPLIT = 256  # below this a split's fixed cost outweighs the para
 @triton.jit
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
-    part_out_ptr, part_lse_ptr, scale,
-    stride_q_tok, stride_q_head, stride_slot, stride_kv_head, stride_table, block_size,
+    part_out_ptr, part_lse_ptr, out_ptr, scale,
+    stride_q_tok, stride_q_head, stride_out_tok, stride_slot, stride_kv_head, stride_table, block_size,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
     NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
@@ -59,10 +60,15 @@ def _decode_split_kernel(
     # An empty split (a context shorter than the splits) leaves denom == 0: weight zero below.
     has_keys = denom > 0
     out = acc / tl.where(has_keys, denom, 1.0)[:, None]
-    lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, denom, 1.0)), float("-inf"))
-    row = (i * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split
-    tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=g_mask[:, None] & d_mask[None, :])
-    tl.store(part_lse_ptr + row, lse, mask=g_mask)
+    out_mask = g_mask[:, None] & d_mask[None, :]
+    if NUM_SPLITS == 1:  # nothing to combine: the final output, without the reduction kernel
+        dst = out_ptr + token * stride_out_tok + heads[:, None] * HEAD_DIM + offs_d[None, :]
+        tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, denom, 1.0)), float("-inf"))
+        row = (i * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split
+        tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=out_mask)
+        tl.store(part_lse_ptr + row, lse, mask=g_mask)
 
 
 @triton.jit
@@ -117,16 +123,20 @@ def decode_attention(
     _, num_heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = num_heads // kv_heads
-    part_out = torch.empty(n * num_heads * num_splits, head_dim, dtype=torch.float32, device=q.device)
-    part_lse = torch.empty(n * num_heads * num_splits, dtype=torch.float32, device=q.device)
+    parts = n * num_heads * num_splits if num_splits > 1 else 1  # one split writes out directly
+    part_out = torch.empty(parts, head_dim, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(parts, dtype=torch.float32, device=q.device)
     d_pad = max(16, triton.next_power_of_2(head_dim))
     compute, precision = compute_dtypes(k_cache.dtype)
     _decode_split_kernel[(n, kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, seqs, tokens, part_out, part_lse, scale,
-        q.stride(0), q.stride(1), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0), block_size,
+        q, k_cache, v_cache, block_tables, seq_lens, seqs, tokens, part_out, part_lse, out, scale,
+        q.stride(0), q.stride(1), out.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        block_size,
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, D_PAD=d_pad,
         NUM_SPLITS=num_splits, BLOCK_N=BLOCK_N, COMPUTE=compute, PRECISION=precision,
     )  # fmt: skip
+    if num_splits == 1:
+        return
     _decode_reduce_kernel[(n, num_heads)](
         part_out, part_lse, out, tokens, out.stride(0),
         HEAD_DIM=head_dim, D_PAD=d_pad, NUM_SPLITS=num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),

@@ -88,9 +88,11 @@ class DecodeGraphs:
         self._pad_from(n, size)
         entry = self.captured[size]
         if entry.graph is None:
-            # The twin: metadata over the static buffers as they are now (the torch backend
-            # plans its tiles from the context lengths), then an eager call.
-            return self._forward(size, self.backend.metadata(self._batch(size)))[:n]
+            # The twin: an eager call on the static buffers, with the captured metadata where a
+            # graph would hold it fixed; the torch backend plans its tiles from the lengths, so
+            # it plans them again.
+            meta = entry.meta if self.backend.captures_graphs else self.backend.metadata(self._batch(size))
+            return self._forward(size, meta)[:n]
         entry.graph.replay()
         return entry.hidden[:n]
 
