@@ -4,9 +4,8 @@ One program per (sequence, KV head, split of the context): the KV head is read o
 whole group of query heads (GQA), whose queries are the rows of one matrix product. A long
 context is split across programs so that a small batch still fills the GPU; each split
 leaves a partial output and its log-sum-exp, and a reduction kernel combines them (a single
-split writes its output directly). Keys are
-reached through the block table token by token (block id, then offset), so any block size
-works and a tile may span several blocks."""
+split writes its output directly). Keys are reached through the block table token by token
+(block id, then offset), so any block size works and a tile may span several blocks."""
 
 from __future__ import annotations
 
