@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         # loop of CPU; sleeping threads cost some offline throughput but keep the API responsive.
         # It must be set before torch loads OpenMP.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if chosen in ("serve", "generate"):
+        from argosy.kernels.interpreter import use_interpreter_without_cuda
+
+        use_interpreter_without_cuda()  # before a checkpoint conversion can import triton
     parser = argparse.ArgumentParser(prog="argosy", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     for verb, (help_text, module, add_args, run) in VERBS.items():

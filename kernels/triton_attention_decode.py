@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
-from argosy.kernels.triton_runtime import tl, triton
+from argosy.kernels.triton_runtime import rounded, tl, triton
 
 BLOCK_N = 64  # keys per iteration
 MIN_TOKENS_PER_SPLIT = 256  # below this a split's fixed cost outweighs the parallelism it adds
@@ -62,7 +62,7 @@ def _decode_split_kernel(
     out_mask = g_mask[:, None] & d_mask[None, :]
     if NUM_SPLITS == 1:  # nothing to combine: the final output, without the reduction kernel
         dst = out_ptr + token * stride_out_tok + heads[:, None] * HEAD_DIM + offs_d[None, :]
-        tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=out_mask)
+        tl.store(dst, rounded(out, out_ptr.dtype.element_ty), mask=out_mask)
     else:
         lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, denom, 1.0)), float("-inf"))
         row = (i * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split
@@ -90,7 +90,7 @@ def _decode_reduce_kernel(
     )
     out = tl.sum(parts * weight[:, None], 0) / tl.sum(weight, 0)
     dst = out_ptr + token * stride_out_tok + head * HEAD_DIM + offs_d
-    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=d_mask)
+    tl.store(dst, rounded(out, out_ptr.dtype.element_ty), mask=d_mask)
 
 
 def num_splits_for(num_seqs: int, kv_heads: int, max_seq_len: int, target_programs: int) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
-from argosy.kernels.triton_runtime import tl, triton
+from argosy.kernels.triton_runtime import rounded, tl, triton
 
 BLOCK_M = 64
 BLOCK_N = 64
@@ -61,7 +61,7 @@ def _prefill_kernel(
         m, denom, acc = softmax_step(s, v, m, denom, acc, COMPUTE, PRECISION)
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     dst = out_ptr + rows[:, None] * stride_out_tok + head * HEAD_DIM + offs_d[None, :]
-    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
+    tl.store(dst, rounded(out, out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
 
 
 def prefill_attention(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from argosy.kernels.elementwise import LayerKernels
-from argosy.kernels.triton_runtime import tl, triton
+from argosy.kernels.triton_runtime import rounded, tl, triton
 
 SILU_BLOCK = 1024  # columns per program: a wide MLP (I of 14336 and more) spreads over several
 
@@ -33,13 +33,13 @@ def _rms_norm_kernel(
     out_offs = (row * tl.num_programs(1) + sub) * HIDDEN + offs  # outputs are contiguous
     if HAS_RESIDUAL:
         r = tl.load(residual_ptr + row * stride_r_row + sub * stride_r_sub + offs, mask=mask, other=0.0)
-        h = (x + r.to(tl.float32)).to(residual_out_ptr.dtype.element_ty)
+        h = rounded(x + r.to(tl.float32), residual_out_ptr.dtype.element_ty)
         tl.store(residual_out_ptr + out_offs, h, mask=mask)
         # Normalise the residual as stored, as the reference does: norm and residual agree.
         x = h.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / HIDDEN + eps)
     w = tl.load(weight_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + out_offs, (x * rstd * w).to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + out_offs, rounded(x * rstd * w, out_ptr.dtype.element_ty), mask=mask)
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -88,8 +88,8 @@ def _rotate_heads(
     x2 = tl.load(src + HALF, mask=mask, other=0.0).to(tl.float32)
     dst = dst_ptr + (token * HEADS + offs_h[:, None]) * (2 * HALF) + offs_d[None, :]
     ty = dst_ptr.dtype.element_ty
-    tl.store(dst, (x1 * c1[None, :] - x2 * s1[None, :]).to(ty), mask=mask)
-    tl.store(dst + HALF, (x2 * c2[None, :] + x1 * s2[None, :]).to(ty), mask=mask)
+    tl.store(dst, rounded(x1 * c1[None, :] - x2 * s1[None, :], ty), mask=mask)
+    tl.store(dst + HALF, rounded(x2 * c2[None, :] + x1 * s2[None, :], ty), mask=mask)
 
 
 @triton.jit
@@ -157,7 +157,7 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x_row, INTER: tl.constexpr, BLOC
     gate = tl.load(src, mask=mask, other=0.0).to(tl.float32)
     up = tl.load(src + INTER, mask=mask, other=0.0).to(tl.float32)
     out = gate / (1.0 + tl.exp(-gate)) * up
-    tl.store(out_ptr + row * INTER + offs, out.to(out_ptr.dtype.element_ty), mask=mask)
+    tl.store(out_ptr + row * INTER + offs, rounded(out, out_ptr.dtype.element_ty), mask=mask)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

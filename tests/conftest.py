@@ -5,16 +5,14 @@ import os
 # As `argosy serve` does, before torch loads OpenMP: the in-process test servers need a
 # responsive event loop beside the engine thread.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# Triton's interpreter must be chosen before anything (transformers, building the test
-# checkpoints) imports triton; on a GPU the kernel tests run compiled.
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import pytest
 
+from argosy.kernels.interpreter import use_interpreter_without_cuda
 from tests.checkpoints import ARCHS, build_checkpoint
+
+# Triton's interpreter must be chosen before anything (transformers, building the test
+# checkpoints) imports triton; on a GPU the kernel tests run compiled.
+use_interpreter_without_cuda()
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,7 @@ Tolerances: float32 1e-5: both paths compute in float32 and differ only in the o
 and in how rsqrt, exp and division are rounded, a few float32 ulps. bfloat16 2e-2 (absolute
 and relative): inputs are exact bf16 values, but the reference rounds to bf16 after each op
 (RMSNorm: the normalised value, then its product with the weight; rotary: cos and sin, both
-products and their sum; SiLU, then the product) where the kernel rounds once, and the
-interpreter truncates on store where torch rounds to nearest. That is at most two or three
+products and their sum; SiLU, then the product) where the kernel rounds once. That is at most two or three
 roundings of up to one bf16 ulp each, 2^-8 to 2^-7 of a value: under 2e-2 for values of order
 1, which these are (unit-variance inputs, weights near 1, rotations)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from argosy import SamplingParams
+from argosy import LLM, SamplingParams
 from tests.checkpoints import tiny_llm
 
 
@@ -31,3 +31,12 @@ def test_triton_backend_matches_torch_backend(checkpoints, arch):
     # n > 1: the forks share the prompt's blocks copy-on-write.
     expected = generate(torch_llm, prompts[:2], max_tokens=4, n=2)
     assert generate(triton_llm, prompts[:2], max_tokens=4, n=2) == expected
+
+
+def test_default_model_in_bfloat16_on_the_triton_backend_answers_paris():
+    # bfloat16 through 30 layers: every kernel must round as the GPU does (to nearest), or the
+    # residual stream drifts and the answer changes.
+    llm = LLM(attention_backend="triton", dtype="bfloat16", max_model_len=128, max_num_batched_tokens=64)
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    out = llm.chat(question, SamplingParams(temperature=0.0, max_tokens=8))[0].outputs[0]
+    assert "Paris" in out.text
