@@ -18,6 +18,7 @@ import torch
 
 from argosy.kernels.attention_backend import select_backend
 from argosy.kernels.triton_attention_decode import decode_attention, num_splits_for
+from argosy.kernels.triton_backend import TritonAttention
 from argosy.server.models.decoder import CausalLM
 from argosy.server.models.fp8 import linear_weight_bytes, quantize_fp8
 from argosy.server.models.model_config import ModelConfig, RopeConfig
@@ -27,7 +28,7 @@ from argosy.server.worker.model_inputs import SequenceChunk, prepare_inputs
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128)
 TOY = dict(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)
 BLOCK_SIZE = 16
-HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128  # Llama-3-8B's attention
+HEADS, KV_HEADS, HEAD_DIM = (LLAMA3_8B[k] for k in ("num_heads", "num_kv_heads", "head_dim"))
 
 
 def timed(fn: Callable[[], object], device: torch.device, iters: int) -> float:
@@ -53,10 +54,10 @@ def copy_bandwidth(device: torch.device, nbytes: int, iters: int) -> float:
 def attention_rows(device, batches, contexts, dtype, iters, copy_bw) -> None:
     print(f"\ndecode attention, {HEADS} query / {KV_HEADS} KV heads, head_dim {HEAD_DIM}, {dtype}, block {BLOCK_SIZE}")
     print("| batch | context | splits | us | GB/s | of copy bandwidth |\n|--:|--:|--:|--:|--:|--:|")
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 0
+    target_programs = TritonAttention(device, KV_HEADS).target_programs  # the engine's split counts
     for batch in batches:
         for context in contexts:
-            splits = num_splits_for(batch, KV_HEADS, context, max(1, 2 * sms))
+            splits = num_splits_for(batch, KV_HEADS, context, target_programs)
             seconds, moved = time_decode_attention(device, dtype, batch, context, splits, iters)
             bw = moved / seconds
             print(f"| {batch} | {context} | {splits} | {seconds * 1e6:.0f} | {bw / 1e9:.0f} | {bw / copy_bw:.0%} |")

@@ -95,10 +95,11 @@ def _decode_reduce_kernel(
 
 def num_splits_for(num_seqs: int, kv_heads: int, max_seq_len: int, target_programs: int) -> int:
     """Enough splits that the batch fills `target_programs`, never a split under
-    MIN_TOKENS_PER_SPLIT tokens of the longest context. Powers of two, so that few variants compile."""
+    MIN_TOKENS_PER_SPLIT tokens of the longest context. A power of two (rounded down), so that
+    few variants compile."""
     by_length = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
     by_occupancy = -(-target_programs // max(1, num_seqs * kv_heads))
-    return triton.next_power_of_2(max(1, min(by_length, by_occupancy)))
+    return 1 << (min(by_length, by_occupancy).bit_length() - 1)
 
 
 def decode_attention(

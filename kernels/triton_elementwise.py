@@ -1,8 +1,9 @@
 """Triton twins of elementwise.py: RMSNorm (optionally fused with the residual add), rotary
-embedding and SiLU-and-multiply, with the same signatures. Each program takes one token row
-(or one head of it); the math is in float32 and the result is rounded once, on store, where
-the reference rounds after each op: the two agree to a couple of ulps of the model's dtype,
-not bit for bit."""
+embedding and SiLU-and-multiply, with the same signatures. A program takes one token row (or
+one head of it; SiLU-and-multiply, a block of its columns); the math is in float32 and each
+output is rounded once (the fused norm rounds the new residual first, then normalises that),
+where the reference rounds after each op: the two agree to a couple of ulps of the model's
+dtype, not bit for bit."""
 
 from __future__ import annotations
 

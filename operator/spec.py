@@ -24,7 +24,13 @@ from argosy.operator.kube_types import (
     rules,
 )
 from argosy.server.api.server_config import ServerConfig
-from argosy.server.engine_config import DEFAULT_BATCHED_TOKENS, AttentionBackendName, DType, EngineConfig
+from argosy.server.engine_config import (
+    DEFAULT_BATCHED_TOKENS,
+    AttentionBackendName,
+    DType,
+    EngineConfig,
+    Quantization,
+)
 
 GROUP, VERSION, PLURAL, KIND = "argosy.dev", "v1alpha1", "inferenceservices", "InferenceService"
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
@@ -186,7 +192,7 @@ class EngineSpec(KubeModel):
             "8 up to maxNumSeqs."
         ),
     )
-    quantization: Literal["fp8"] | None = serve_setting(
+    quantization: Quantization | None = serve_setting(
         "quantization",
         description=(
             "fp8: linear-layer weights in float8 e4m3 with per-channel scales, quantized at load (--quantization); "

@@ -15,6 +15,7 @@ from argosy.server.models.model_config import ModelConfig
 DEFAULT_BATCHED_TOKENS = 2048
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "torch", "triton"]
+Quantization = Literal["fp8"]
 
 
 @dataclass
@@ -60,14 +61,17 @@ class EngineConfig:
         "decode batch sizes to capture as CUDA graphs; default 1, 2, 4, 8, then steps of 8 up to max_num_seqs "
         "(on CPU graphs are used only when sizes are given: the static-buffer twin)",
     )
-    quantization: Literal["fp8"] | None = setting(
+    quantization: Quantization | None = setting(
         None, "fp8: linear-layer weights in float8 e4m3 with per-output-channel scales, quantized at load"
     )
 
     def __post_init__(self) -> None:
-        if any(not isinstance(size, int) or size < 1 for size in self.cuda_graph_sizes):
+        sizes = self.cuda_graph_sizes
+        if any(not isinstance(size, int) or size < 1 for size in sizes) or (sizes and min(sizes) > self.max_num_seqs):
             raise InvalidRequestError(
-                f"cuda_graph_sizes must be positive integers, got {self.cuda_graph_sizes!r}", param="cuda_graph_sizes"
+                f"cuda_graph_sizes must be positive integers, at least one of them at most max_num_seqs "
+                f"({self.max_num_seqs}), got {sizes!r}",
+                param="cuda_graph_sizes",
             )
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory"):
             value = getattr(self, name)

@@ -4,6 +4,7 @@ execute, update from the output) and returns what changed, `abort` withdraws a r
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 
 import torch
@@ -14,7 +15,7 @@ from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.engine.parallel_sampling import ParallelSampling
 from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
 from argosy.server.engine.sequence import Request, Sequence
-from argosy.server.engine.startup_report import StartupReport, log, tensor_bytes
+from argosy.server.engine.startup_report import PhaseClock, StartupReport, tensor_bytes
 from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.default_model import resolve_model_path
@@ -26,6 +27,8 @@ from argosy.server.worker.device import resolve_device, resolve_dtype
 from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
 from argosy.server.worker.model_runner import ModelRunner
 from argosy.server.worker.sampler import Sampler, SamplerOutput
+
+log = logging.getLogger("argosy.engine")
 
 
 class LLMEngine:
@@ -41,7 +44,7 @@ class LLMEngine:
         device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.model_config, device)
         torch.manual_seed(config.seed)
-        clock = _PhaseClock()
+        clock = PhaseClock()
         self.runner = ModelRunner(self.model_config, config, self.dtype, device, self.limits.max_model_len)
         clock.lap("load")
         largest_step = min(self.limits.max_num_batched_tokens, self.limits.max_model_len)
@@ -50,7 +53,8 @@ class LLMEngine:
         )
         clock.lap("profile")
         block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
-        num_blocks = num_kv_blocks(budget, block_bytes, self.limits.max_model_len, config.block_size)
+        reserved = self.runner.reserved_blocks
+        num_blocks = num_kv_blocks(budget, block_bytes, self.limits.max_model_len, config.block_size, reserved)
         self.runner.allocate_kv_cache(num_blocks)
         clock.lap("kv_cache")
         graph_sizes = self.runner.capture_graphs()
@@ -62,7 +66,7 @@ class LLMEngine:
             graph_sizes,
             num_blocks,
             tensor_bytes(self.runner.model),
-            num_blocks * block_bytes,
+            (num_blocks + reserved) * block_bytes,
             clock.seconds,
         )
         log.info(self.startup.line())
@@ -167,14 +171,3 @@ class LLMEngine:
             prefix_cache_hits=self.kv.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
         )
-
-
-class _PhaseClock:
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._last = time.monotonic()
-
-    def lap(self, phase: str) -> None:
-        now = time.monotonic()
-        self.seconds[phase] = now - self._last
-        self._last = now

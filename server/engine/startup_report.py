@@ -4,12 +4,10 @@ its memory went."""
 
 from __future__ import annotations
 
-import logging
+import time
 from dataclasses import dataclass, field
 
 import torch
-
-log = logging.getLogger("argosy.engine")
 
 _MIB = 1 << 20
 
@@ -20,9 +18,9 @@ class StartupReport:
     backend: str
     quantization: str | None
     graph_sizes: list[int]
-    kv_blocks: int
+    kv_blocks: int  # the sequences' blocks
     weight_bytes: int
-    kv_cache_bytes: int
+    kv_cache_bytes: int  # all of the cache tensor, the null block included
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time, in order
 
     def line(self) -> str:
@@ -42,3 +40,16 @@ def tensor_bytes(module: torch.nn.Module) -> int:
 
 def _ranges(sizes: list[int]) -> str:
     return "[" + ", ".join(map(str, sizes)) + "]" if len(sizes) <= 6 else f"[{sizes[0]}, {sizes[1]}, ..., {sizes[-1]}]"
+
+
+class PhaseClock:
+    """Wall time of start-up phases, each from the end of the one before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = now - self._last
+        self._last = now

@@ -1,7 +1,7 @@
 """One decoder-only transformer for Llama, Mistral, Qwen2 and Qwen3. The architectures
 differ only in the flags of ModelConfig: q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3).
-Every kernel it runs comes from its attention backend: attention and the KV cache, and the
-norms, rotary and activation (the residual add is fused into the next norm)."""
+Attention, the KV-cache writes, the norms, rotary and the activation come from its attention
+backend (the residual add is fused into the next norm); the linear layers are torch's, or FP8."""
 
 from __future__ import annotations
 

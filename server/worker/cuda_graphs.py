@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from argosy.kernels.attention_backend import AttentionBackend, AttentionBatch
+from argosy.server.engine_config import EngineConfig
 from argosy.server.worker.model_inputs import SequenceChunk
 
 
@@ -27,6 +28,14 @@ def capture_sizes(configured: list[int], max_num_seqs: int) -> list[int]:
     decode batch has a graph; or the configured sizes. None above max_num_seqs."""
     sizes = configured or [1, 2, 4, *range(8, max_num_seqs, 8), max_num_seqs]
     return sorted({size for size in sizes if size <= max_num_seqs})
+
+
+def graphs_enabled(config: EngineConfig, device: torch.device, backend: AttentionBackend) -> bool:
+    """On CUDA, unless eager is enforced or the backend's step cannot be captured; on CPU only as
+    the twin, when sizes are asked for."""
+    if config.enforce_eager:
+        return False
+    return backend.captures_graphs if device.type == "cuda" else bool(config.cuda_graph_sizes)
 
 
 @dataclass
@@ -57,6 +66,7 @@ class DecodeGraphs:
         self.block_tables = torch.zeros(n, max_blocks_per_seq, dtype=torch.long, device=device)
         self.query_start_loc = torch.arange(n + 1, dtype=torch.long, device=device)
         self.captured: dict[int, CapturedDecode] = {}
+        self.kv_cache: torch.Tensor | None = None  # bound at capture
         self.null_block = 0
 
     def capture(self, kv_cache: torch.Tensor, null_block: int) -> None:

@@ -18,9 +18,10 @@ def kv_bytes_per_block(cfg: ModelConfig, block_size: int, dtype: torch.dtype) ->
     return 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
 
 
-def num_kv_blocks(budget: int, block_bytes: int, max_model_len: int, block_size: int) -> int:
-    """The blocks a budget holds; at least one sequence of max_model_len must fit."""
-    num_blocks = budget // block_bytes
+def num_kv_blocks(budget: int, block_bytes: int, max_model_len: int, block_size: int, reserved: int = 0) -> int:
+    """The blocks a budget holds for sequences once `reserved` blocks are set aside; at least one
+    sequence of max_model_len must fit."""
+    num_blocks = budget // block_bytes - reserved
     needed = -(-max_model_len // block_size)
     if num_blocks < needed:
         raise InvalidRequestError(

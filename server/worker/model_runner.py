@@ -15,39 +15,42 @@ from argosy.server.engine_config import EngineConfig
 from argosy.server.models.fp8 import quantize_fp8
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes
+from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from argosy.server.worker.model_inputs import ModelInputs, SequenceChunk, chunks_of, prepare_inputs
 
 
 class ModelRunner:
     def __init__(
-        self, cfg: ModelConfig, config: EngineConfig, dtype: torch.dtype, device: torch.device, max_model_len: int
+        self,
+        model_config: ModelConfig,
+        engine_config: EngineConfig,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_model_len: int,
     ):
-        self.cfg, self.dtype, self.device, self.block_size = cfg, dtype, device, config.block_size
-        self.backend = select_backend(config.attention_backend, device, cfg.num_kv_heads)
-        self.model = load_model(cfg, dtype, device, max_model_len, self.backend)
-        if config.quantization == "fp8":
+        self.cfg, self.dtype, self.device = model_config, dtype, device
+        self.block_size = engine_config.block_size
+        self.backend = select_backend(engine_config.attention_backend, device, model_config.num_kv_heads)
+        self.model = load_model(model_config, dtype, device, max_model_len, self.backend)
+        if engine_config.quantization == "fp8":
             quantize_fp8(self.model)
         self.kv_cache = self._empty_cache(0)
-        # On CPU graphs exist only as their twin, when sizes are asked for; on CUDA only with
-        # a backend whose step can be captured.
-        on_device = device.type == "cuda" and self.backend.captures_graphs
-        use_graphs = not config.enforce_eager and (
-            on_device if device.type == "cuda" else bool(config.cuda_graph_sizes)
-        )
         self.graphs = (
             DecodeGraphs(
                 self.model,
                 self.backend,
-                capture_sizes(config.cuda_graph_sizes, config.max_num_seqs),
+                capture_sizes(engine_config.cuda_graph_sizes, engine_config.max_num_seqs),
                 -(-max_model_len // self.block_size),
                 self.block_size,
                 max_model_len,
                 device,
             )
-            if use_graphs
+            if graphs_enabled(engine_config, device, self.backend)
             else None
         )
+        # The null block: one cache block no sequence owns, which the padding rows of a
+        # graph's batch write to and read.
+        self.reserved_blocks = 0 if self.graphs is None else 1
 
     def _empty_cache(self, num_blocks: int) -> torch.Tensor:
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities,
@@ -65,9 +68,8 @@ class ModelRunner:
         )
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
-        """num_blocks for the sequences, and one more, the null block, that padding rows of a
-        graph's batch write to and no sequence owns."""
-        self.kv_cache = self._empty_cache(num_blocks + 1)
+        """num_blocks for the sequences, then the reserved ones."""
+        self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
         self.null_block = num_blocks
 
     def capture_graphs(self) -> list[int]:
@@ -77,6 +79,7 @@ class ModelRunner:
         self.graphs.capture(self.kv_cache, self.null_block)
         return self.graphs.sizes
 
+    @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> torch.Tensor:
         """Runs the step; returns float32 logits, one row per scheduled sequence that
         `completes`, in schedule order."""
@@ -121,7 +124,4 @@ class ModelRunner:
             self.forward(prepare_inputs(decodes, self.block_size, self.device, self.backend), self._empty_cache(1))
             if cuda:
                 peak += torch.cuda.max_memory_allocated(self.device) - before
-        if not cuda:
-            return None
-        torch.cuda.synchronize(self.device)
-        return peak
+        return peak if cuda else None

@@ -68,6 +68,7 @@ def test_splits_fill_the_device_but_never_split_short_contexts():
     assert num_splits_for(num_seqs=1, kv_heads=8, max_seq_len=4096, target_programs=264) == 16
     assert num_splits_for(num_seqs=64, kv_heads=8, max_seq_len=4096, target_programs=264) == 1
     assert num_splits_for(num_seqs=1, kv_heads=8, max_seq_len=300, target_programs=264) == 1
+    assert num_splits_for(num_seqs=1, kv_heads=8, max_seq_len=768, target_programs=264) == 2  # not 4 of 192
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -97,7 +97,7 @@ def test_fp8_linear_is_the_dequantized_linear_and_keeps_leading_dims():
     torch.testing.assert_close(out, nn.functional.linear(x, w, layer.bias), rtol=0, atol=0)
 
 
-def test_path_is_chosen_once_from_the_device_capability(monkeypatch):
+def test_fp8_gemm_needs_capability_8_9_and_not_rocm(monkeypatch):
     assert not fp8.fp8_gemm_supported(CPU)
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(torch.version, "hip", None)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from argosy import SamplingParams
+from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.worker.cuda_graphs import capture_sizes
 from tests.checkpoints import tiny_llm
 
@@ -31,7 +33,11 @@ def test_graph_twin_gives_the_eager_greedy_tokens(checkpoints, arch, backend):
     # run: most between captured sizes (padded up to 2, 4 or 8), buffers reused as rows leave.
     prompts = [[(17 * i + j) % 300 + 3 for j in range(3 + 5 * i)] for i in range(7)]
     max_tokens = [4 + 3 * i for i in range(7)]
-    settings = dict(attention_backend=backend, max_num_batched_tokens=64)  # a short profiling pass
+    # A short profiling pass; the torch backend's twin is a CPU mechanism (on CUDA that backend is
+    # never captured), the triton backend runs real graphs where there is a GPU.
+    settings = dict(
+        attention_backend=backend, max_num_batched_tokens=64, device="cpu" if backend == "torch" else "auto"
+    )
     eager = tiny_llm(checkpoints[arch], enforce_eager=True, **settings)
     assert eager.engine.runner.graphs is None
     twin = tiny_llm(checkpoints[arch], cuda_graph_sizes=[1, 2, 4, 8], max_num_seqs=8, **settings)
@@ -45,8 +51,16 @@ def test_graph_twin_gives_the_eager_greedy_tokens(checkpoints, arch, backend):
     assert {3, 5, 6, 7} <= set(batches)  # batches padded to 4 and 8 ran through the runner
 
 
+@pytest.mark.parametrize("sizes", [[0, 4], [512]])
+def test_graph_sizes_must_be_positive_and_one_at_most_max_num_seqs(sizes):
+    with pytest.raises(InvalidRequestError, match="cuda_graph_sizes") as error:
+        EngineConfig(cuda_graph_sizes=sizes, max_num_seqs=256)
+    assert error.value.param == "cuda_graph_sizes"
+
+
 def test_enforce_eager_and_the_cpu_default_run_without_graphs(checkpoints):
     cpu = tiny_llm(checkpoints["llama"], device="cpu")
     assert cpu.engine.runner.graphs is None  # on CPU only given sizes turn the twin on
     llm = tiny_llm(checkpoints["llama"], cuda_graph_sizes=[1, 2], enforce_eager=True)
     assert llm.engine.runner.graphs is None and llm.engine.startup.graph_sizes == []
+    assert llm.engine.runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # no null block without graphs
