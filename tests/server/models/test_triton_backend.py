@@ -35,8 +35,12 @@ def test_triton_backend_matches_torch_backend(checkpoints, arch):
 
 def test_default_model_in_bfloat16_on_the_triton_backend_answers_paris():
     # bfloat16 through 30 layers: every kernel must round as the GPU does (to nearest), or the
-    # residual stream drifts and the answer changes.
+    # residual stream drifts and the answer changes (with truncation it begins "La femme au foyer").
     llm = LLM(attention_backend="triton", dtype="bfloat16", max_model_len=128, max_num_batched_tokens=64)
-    question = [{"role": "user", "content": "What is the capital of France?"}]
+    # A short system prompt in place of the template's default: fewer interpreted prefill programs.
+    question = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     out = llm.chat(question, SamplingParams(temperature=0.0, max_tokens=8))[0].outputs[0]
     assert "Paris" in out.text
