@@ -1,0 +1,57 @@
+"""Host overhead of a decode step: schedule, input preparation, sampling and output processing
+(detokenization and stop checks included), with the model's forward pass replaced by a no-op
+that returns logits of the right shape. What is left is what the host adds to every step.
+
+    python bench/overhead.py [--batches 1 16 64 256] [--steps 32] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from argosy import LLM, SamplingParams
+
+PROMPT_LEN = 32
+
+
+def host_step_seconds(llm: LLM, batch: int, steps: int) -> float:
+    """Mean wall time of `steps` decode steps of `batch` sequences, after their prefill."""
+    engine = llm.engine
+    params = SamplingParams(temperature=0.0, max_tokens=steps + 8, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"b{batch}-{i}", [100 + (i + j) % 1000 for j in range(PROMPT_LEN)], params)
+    while any(s.num_output_tokens == 0 for s in engine.scheduler.running) or engine.scheduler.waiting:
+        engine.step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    seconds = (time.perf_counter() - start) / steps
+    for request_id in engine.request_ids():
+        engine.abort(request_id)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
+    parser.add_argument("--steps", type=int, default=32)
+    args = parser.parse_args()
+    llm = LLM(args.model, max_num_seqs=max(args.batches), enable_prefix_caching=False)
+    vocab = llm.engine.model_config.vocab_size
+    # Logits that always pick an ordinary token (1000), so detokenization does real work.
+    logits = torch.randn(max(args.batches), vocab)
+    logits[:, 1000] += 100.0
+    llm.engine.runner.forward = lambda inputs, kv_cache: logits[: len(inputs.logits_rows)]
+    print(f"\nhost time per decode step, forward pass a no-op, {torch.get_num_threads()} threads")
+    print("| batch | µs per step | µs per sequence |\n|--:|--:|--:|")
+    for batch in args.batches:
+        seconds = host_step_seconds(llm, batch, args.steps)
+        print(f"| {batch} | {seconds * 1e6:.0f} | {seconds * 1e6 / batch:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
