@@ -25,9 +25,8 @@ class Attention(nn.Module):
         self.scale = cfg.head_dim**-0.5
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
-        norm = (lambda: RMSNorm(cfg.head_dim, cfg.rms_norm_eps, backend.kernels)) if cfg.qk_norm else None
-        self.q_norm = norm() if norm else None
-        self.k_norm = norm() if norm else None
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, backend.kernels) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, backend.kernels) if cfg.qk_norm else None
 
     def forward(
         self, x: torch.Tensor, positions: torch.Tensor, rotary: RotaryEmbedding, kv_cache: torch.Tensor, meta: Any

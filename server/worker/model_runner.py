@@ -70,13 +70,12 @@ class ModelRunner:
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """num_blocks for the sequences, then the reserved ones."""
         self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
-        self.null_block = num_blocks
 
     def capture_graphs(self) -> list[int]:
         """The batch sizes captured (none with graphs off)."""
         if self.graphs is None:
             return []
-        self.graphs.capture(self.kv_cache, self.null_block)
+        self.graphs.capture(self.kv_cache, null_block=self.kv_cache.shape[2] - 1)  # the reserved block
         return self.graphs.sizes
 
     @torch.inference_mode()
