@@ -19,7 +19,7 @@ def mixed_workload(llm: LLM, num_requests: int, seed: int = 0) -> tuple[int, int
     samples taken after each step of the requests that hold blocks."""
     engine = llm.engine
     rng = random.Random(seed)
-    vocab = engine.model_config.vocab_size
+    vocab = engine.core.model_config.vocab_size
     for i in range(num_requests):
         prompt = [rng.randrange(100, vocab) for _ in range(rng.randint(32, 256))]
         params = SamplingParams(temperature=0.0, max_tokens=rng.randint(16, 128), ignore_eos=True)
@@ -28,10 +28,10 @@ def mixed_workload(llm: LLM, num_requests: int, seed: int = 0) -> tuple[int, int
     allocated = used = reserved = steps = 0
     while engine.has_unfinished_requests():
         engine.step()
-        seqs = [s for s in engine.scheduler.running if s.block_table]
+        seqs = [s for s in engine.core.scheduler.running if s.block_table]
         allocated += sum(len(s.block_table) for s in seqs) * block_size
         used += sum(s.num_computed_tokens for s in seqs)
-        reserved += len(seqs) * engine.limits.max_model_len
+        reserved += len(seqs) * engine.core.limits.max_model_len
         steps += 1
     return allocated, used, reserved, steps
 
@@ -44,15 +44,15 @@ def shared_prompt(llm: LLM, n: int, prompt_len: int) -> tuple[int, int, bool]:
     prompt = list(range(100, 100 + prompt_len))
     engine.add_request("shared", prompt, SamplingParams(n=n, temperature=1.0, seed=0, max_tokens=8, ignore_eos=True))
     while (
-        not all(s.num_output_tokens >= 2 for s in engine.requests["shared"].seqs)
-        or len(engine.requests["shared"].seqs) < n
+        not all(s.num_output_tokens >= 2 for s in engine.core.requests["shared"].seqs)
+        or len(engine.core.requests["shared"].seqs) < n
     ):
         engine.step()
-    seqs = engine.requests["shared"].seqs
+    seqs = engine.core.requests["shared"].seqs
     full = prompt_len // engine.config.block_size
     once = len({tuple(s.block_table[:full]) for s in seqs}) == 1
     without_sharing = sum(len(s.block_table) for s in seqs)
-    in_use = engine.kv.num_used_blocks
+    in_use = engine.core.kv.num_used_blocks
     engine.abort("shared")
     return in_use, without_sharing, once
 

@@ -23,7 +23,7 @@ def host_step_seconds(llm: LLM, batch: int, steps: int) -> float:
     params = SamplingParams(temperature=0.0, max_tokens=steps + 8, ignore_eos=True)
     for i in range(batch):
         engine.add_request(f"b{batch}-{i}", [100 + (i + j) % 1000 for j in range(PROMPT_LEN)], params)
-    while any(s.num_output_tokens == 0 for s in engine.scheduler.running) or engine.scheduler.waiting:
+    while any(s.num_output_tokens == 0 for s in engine.core.scheduler.running) or engine.core.scheduler.waiting:
         engine.step()
     start = time.perf_counter()
     for _ in range(steps):
@@ -41,11 +41,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     args = parser.parse_args()
     llm = LLM(args.model, max_num_seqs=max(args.batches), enable_prefix_caching=False)
-    vocab = llm.engine.model_config.vocab_size
+    vocab = llm.engine.core.model_config.vocab_size
     # Logits that always pick an ordinary token (1000), so detokenization does real work.
     logits = torch.randn(max(args.batches), vocab)
     logits[:, 1000] += 100.0
-    llm.engine.runner.forward = lambda inputs, kv_cache: logits[: len(inputs.logits_rows)]
+    llm.engine.core.runner.forward = lambda inputs, kv_cache: logits[: len(inputs.logits_rows)]
     print(f"\nhost time per decode step, forward pass a no-op, {torch.get_num_threads()} threads")
     print("| batch | µs per step | µs per sequence |\n|--:|--:|--:|")
     for batch in args.batches:

@@ -88,11 +88,13 @@ def main() -> None:
 
     llm = LLM(args.model)
     path = str(resolve_model_path(args.model))
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=llm.engine.dtype).to(llm.engine.runner.device).eval()
+    hf = (
+        AutoModelForCausalLM.from_pretrained(path, dtype=llm.engine.core.dtype).to(llm.engine.core.runner.device).eval()
+    )
     batch = prompts(llm.get_tokenizer(), args.num_requests)
     run_argosy(llm, batch[:2], 4, True)  # warm-up
     print(
-        f"\n{args.num_requests} requests, {llm.engine.startup.line()}, {torch.get_num_threads()} threads, "
+        f"\n{args.num_requests} requests, {llm.engine.core.startup.line()}, {torch.get_num_threads()} threads, "
         f"prompts {min(map(len, batch))}-{max(map(len, batch))} tokens, greedy"
     )
     print(f"| {'scenario':34} | {'system':26} | {'seconds':>7} | {'tokens':>6} | {'tokens/s':>8} | {'vs HF':>6} |")

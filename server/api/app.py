@@ -1,10 +1,10 @@
-"""The FastAPI application: routes, and the background loading of the model (so /health can
-say 503 while it loads)."""
+"""The FastAPI application: routes, and the engine core's process started in the background
+(so /health can say 503 while the model loads, and once the core is gone)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
+from argosy.server.api.core_client import CoreClient, CoreStartError
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
@@ -19,51 +20,61 @@ from argosy.server.api.middleware import APIKeyCheck, BodySizeLimit
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
-from argosy.server.engine.llm_engine import LLMEngine
+from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.api")
+ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the engine core process died
 
 
-def load_engine(state: ServerState) -> None:
-    """Loads the model and starts the engine loop; failures are kept for /health and the CLI."""
+async def run_engine(state: ServerState) -> None:
+    """Starts the engine core's process, serves through it until it ends, and records why the
+    server must exit if the model fails to load or the core dies."""
+    config = state.config
     try:
-        core = LLMEngine(state.config.engine)
-    except Exception as exc:
-        log.exception("model failed to load")
-        state.load_error = str(exc)
-        state.exit_code = exc.exit_code if isinstance(exc, ArgosyError) else 1
-        return
-    metrics = state.metrics
-
-    def on_step(outputs, now) -> None:  # on the engine thread, after each step
-        metrics.observe_step(outputs, now)
-        stats = core.stats()
-        metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
-
-    client = EngineClient(core, state.config.max_waiting_requests, on_step, metrics.observe_abort)
-    metrics.bind_gauges(lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage)
+        inputs = await asyncio.to_thread(InputProcessor.for_model, config.engine)
+        core = CoreClient(config.engine, config.log_format)
+    except ArgosyError as exc:
+        log.error("model failed to load: %s", exc)
+        return state.fail(str(exc), exc.exit_code)
+    try:
+        ready = await core.wait_ready()
+    except CoreStartError as exc:
+        log.error("model failed to load: %s", exc)
+        await core.shutdown()
+        return state.fail(str(exc), exc.exit_code)
+    except asyncio.CancelledError:  # the server stops while the model loads
+        core.process.kill()
+        await core.shutdown()
+        raise
+    client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics)
+    state.metrics.bind_gauges(
+        lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage
+    )
     state.client = client
     log.info(
-        "model %s loaded: %s blocks of %s tokens",
+        "model %s loaded: %s blocks of %s tokens; engine core pid %s",
         state.model_name,
-        client.stats().kv_blocks_total,
-        state.config.engine.block_size,
+        ready.stats.kv_blocks_total,
+        config.engine.block_size,
+        core.pid,
     )
+    await client.run()
+    if client.dead is not None:
+        state.fail(client.dead, ENGINE_DIED_EXIT_CODE)
 
 
-def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
+def build_app(config: ServerConfig) -> FastAPI:
     state = ServerState(config, ServerMetrics(config.model_name))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        if load_in_background:
-            threading.Thread(target=load_engine, args=(state,), name="argosy-load", daemon=True).start()
-        else:
-            load_engine(state)
+        engine = asyncio.create_task(run_engine(state))
         yield
         if state.client is not None:
-            state.client.shutdown()
+            await state.client.shutdown()
+        engine.cancel()
+        await asyncio.gather(engine, return_exceptions=True)
 
     app = FastAPI(title="Argosy", lifespan=lifespan)
     app.state.argosy = state
@@ -84,7 +95,7 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
         if state.client is None:
             raise APIError(
                 503,
-                state.load_error or "the model is loading",
+                state.failure or "the model is loading",
                 "service_unavailable_error",
                 code="model_not_ready",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
@@ -95,16 +106,12 @@ def build_app(config: ServerConfig, load_in_background: bool = True) -> FastAPI:
     async def health() -> Response:
         if state.ready:
             return Response(status_code=200)
-        reason = (
-            "draining"
-            if state.draining
-            else state.load_error or ("engine loop stopped" if state.client is not None else "loading")
-        )
+        reason = "draining" if state.draining else state.failure or "loading"
         return JSONResponse({"status": reason}, status_code=503)
 
     @app.get("/live")
     async def live() -> Response:
-        """Liveness: the process answers (and its engine loop runs), draining or not."""
+        """Liveness: the process answers (and its engine core runs), draining or not."""
         healthy = state.client is None or state.client.healthy
         return Response(status_code=200 if healthy else 503)
 

@@ -1,30 +1,29 @@
 """EngineClient: what the HTTP layer knows of the engine (its tokenizer, request building,
-limits, stats, submitting and aborting), and the background thread that drives the engine
-core, so that asyncio handlers never block the event loop.
+limits, live figures, submitting and aborting), over the engine core's process.
 
-The engine thread steps while work exists and sleeps on an event when idle. Requests and
-aborts reach it through a command queue and take effect between steps; outputs go back to
-each request's asyncio queue through the event loop's thread-safe callback."""
+Everything here runs on the event loop. Requests and aborts go to the core as commands; each
+core message (one per step) is detokenized by the OutputProcessor and delivered to the
+requests' queues. If the core process dies, every request in flight ends with
+EngineDeadError at once."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
-from argosy.server.engine.llm_engine import LLMEngine
-from argosy.server.engine.sequence import Request
+from argosy.server.api.core_client import CoreClient
+from argosy.server.api.metrics import ServerMetrics
+from argosy.server.engine import core_protocol as protocol
+from argosy.server.engine.input_processor import InputProcessor, NewRequest
+from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.exceptions import ArgosyError
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
 
 log = logging.getLogger("argosy.engine")
-SWITCH_INTERVAL_S = 0.0002
 
 
 class EngineOverloadedError(ArgosyError):
@@ -39,47 +38,43 @@ class EngineFailedError(ArgosyError):
     """An engine step failed (a bug): the requests of that step end with this error."""
 
 
+class EngineDeadError(EngineFailedError):
+    """The engine core's process is gone: nothing in flight can finish."""
+
+
 class EngineClient:
     def __init__(
         self,
-        core: LLMEngine,
+        core: CoreClient,
+        inputs: InputProcessor,
+        ready: protocol.CoreReady,
         max_waiting_requests: int,
-        on_step: Callable[[list[RequestOutput], float], None] | None = None,
-        on_abort: Callable[[str], None] | None = None,
+        metrics: ServerMetrics,
     ):
-        self.core = core  # driven by this client's thread only
+        self.core, self.inputs, self.metrics = core, inputs, metrics
         self.max_waiting_requests = max_waiting_requests
-        self.on_step = on_step
-        self.on_abort = on_abort
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake = threading.Event()
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self._lock = threading.Lock()
-        self._pending = 0  # adds queued but not yet seen by the engine thread
-        self._waiting = 0  # requests in the scheduler's waiting queue, as of the last look
-        self._running = 0
+        self.outputs = OutputProcessor(inputs.tokenizer)
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._stats = ready.stats
+        self._sent = self._received = self._waiting = self._running = 0
         self._stopped = False
-        # Between kernels the engine thread runs Python and holds the GIL; a short switch
-        # interval hands it to the event loop within a fraction of a millisecond, so requests
-        # are accepted (or refused) promptly while the engine is busy.
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        self._thread = threading.Thread(target=self._run, name="argosy-engine", daemon=True)
-        self._thread.start()
+        self.dead: str | None = None  # why the core is gone, once it is
 
     @property
     def tokenizer(self) -> Tokenizer:
-        return self.core.tokenizer
+        return self.inputs.tokenizer
 
     @property
     def max_model_len(self) -> int:
-        return self.core.limits.max_model_len
+        return self.inputs.max_model_len
 
-    def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> Request:
-        """Tokenizes and validates, in the caller's thread; raises InvalidRequestError."""
-        return self.core.inputs.make_request(request_id, prompt, params)
+    def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> NewRequest:
+        """Tokenizes and validates; raises InvalidRequestError."""
+        return self.inputs.make_request(request_id, prompt, params)
 
     def stats(self) -> EngineStats:
-        return self.core.stats()
+        """The core's figures as of its last message."""
+        return self._stats
 
     @property
     def num_in_flight(self) -> int:
@@ -87,117 +82,90 @@ class EngineClient:
 
     @property
     def healthy(self) -> bool:
-        return self._thread.is_alive()
+        return self.dead is None
 
     @property
     def num_waiting(self) -> int:
-        """Requests accepted but not yet scheduled: the autoscaling signal."""
-        return self._pending + self._waiting
+        """Requests accepted but not yet scheduled (the autoscaling signal), those still on
+        their way to the core included."""
+        return self._waiting + self._sent - self._received
 
     @property
     def num_running(self) -> int:
         return self._running
 
-    def submit(self, request: Request) -> RequestStream:
+    def submit(self, request: NewRequest) -> RequestStream:
         """Queues a validated request, or raises at once when the waiting queue is full or
         the engine is stopping. Iterate the returned stream for its outputs."""
+        if self._stopped:
+            raise EngineStoppedError("the engine is shutting down")
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+        if request.request_id in self._streams:
+            raise ValueError(f"request id {request.request_id!r} is already in flight")
+        if self.num_waiting >= self.max_waiting_requests:
+            raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
         stream: asyncio.Queue = asyncio.Queue()
-        with self._lock:
-            if self._stopped:
-                raise EngineStoppedError("the engine is shutting down")
-            if not self._thread.is_alive():
-                raise EngineFailedError("the engine loop is not running")
-            if request.request_id in self._streams:
-                raise ValueError(f"request id {request.request_id!r} is already in flight")
-            if self.num_waiting >= self.max_waiting_requests:
-                raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
-            self._pending += 1
-            self._streams[request.request_id] = (asyncio.get_running_loop(), stream)
-        self._send(("add", request))
+        self._streams[request.request_id] = stream
+        self.outputs.add(request)
+        self.core.send(request.core)
+        self._sent += 1
         return RequestStream(self, request.request_id, stream)
 
     def _forget(self, request_id: str, finished: bool) -> None:
+        """Drops a request the caller no longer reads; one that had not finished is aborted."""
         self._streams.pop(request_id, None)
-        if not finished:
-            self._send(("abort", request_id))
+        if self.outputs.abort(request_id) and not finished:
+            self._abort([request_id])
+
+    def _abort(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            self.metrics.observe_abort(request_id)
+        if self.dead is None:
+            self.core.send(protocol.AbortRequests(request_ids))
 
     def abort_all(self, reason: str) -> None:
         """Ends every request in flight with EngineStoppedError (used when a drain times out)."""
-        for request_id in list(self._streams):
-            self._deliver(request_id, EngineStoppedError(reason))
-            self._send(("abort", request_id))
+        if self._streams:
+            self._abort(list(self._streams))
+        self._end_all(EngineStoppedError(reason))
 
-    def shutdown(self) -> None:
+    def _end_all(self, error: Exception) -> None:
+        for stream in self._streams.values():
+            stream.put_nowait(error)
+
+    async def run(self) -> None:
+        """Delivers the core's outputs until its process ends (then fails what is in flight)."""
+        async for message in self.core.messages():
+            self._on_message(message)
+        if not self._stopped:
+            self.dead = f"the engine core process exited with code {self.core.process.returncode}"
+            log.error(self.dead)
+            self._end_all(EngineDeadError(self.dead))
+
+    def _on_message(self, message: protocol.EngineCoreOutputs) -> None:
+        now = time.monotonic()
+        results, stopped = self.outputs.process(message.outputs, now)
+        if stopped:
+            self.core.send(protocol.FinishSequences(stopped))
+        for failure in message.failed:
+            stream = self._streams.get(failure.request_id)
+            if stream is not None:
+                stream.put_nowait(EngineFailedError(failure.message))
+        for result in results:
+            stream = self._streams.get(result.request_id)
+            if stream is not None:
+                stream.put_nowait(result)
+        self._stats = message.stats
+        self._waiting, self._running = message.num_waiting_requests, message.num_running_requests
+        self._received = message.num_requests_received
+        self.metrics.observe_step(results, now)
+        stats = message.stats
+        self.metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
+
+    async def shutdown(self) -> None:
         self._stopped = True
-        self._wake.set()
-        self._thread.join(timeout=10)
-
-    def _send(self, command: tuple) -> None:
-        self._commands.put(command)
-        self._wake.set()
-
-    def _deliver(self, request_id: str, item: RequestOutput | Exception) -> None:
-        target = self._streams.get(request_id)
-        if target is not None:
-            loop, stream = target
-            loop.call_soon_threadsafe(stream.put_nowait, item)
-
-    def _run(self) -> None:
-        while not self._stopped:
-            self._apply_commands()
-            if not self.core.has_unfinished_requests():
-                self._wake.wait()
-                self._wake.clear()
-                continue
-            try:
-                outputs = self.core.step()
-            except Exception as exc:  # a bug must fail its requests, not hang them or the loop
-                log.exception("engine step failed")
-                for request_id in self.core.request_ids():
-                    self._abort(request_id)
-                    self._deliver(request_id, EngineFailedError(f"engine step failed: {exc!r}"))
-                continue
-            for output in outputs:
-                self._deliver(output.request_id, output)
-            with self._lock:
-                self._count_waiting()
-            if self.on_step is not None:
-                self.on_step(outputs, time.monotonic())
-
-    def _apply_commands(self) -> None:
-        while True:
-            try:
-                kind, payload = self._commands.get_nowait()
-            except queue.Empty:
-                break
-            if kind == "add":
-                self._add(payload)
-            else:
-                self._abort(payload)
-
-    def _add(self, request: Request) -> None:
-        with self._lock:  # the waiting count never dips between the two queues
-            self._pending -= 1
-            if request.request_id not in self._streams:  # abandoned while queued
-                if self.on_abort is not None:
-                    self.on_abort(request.request_id)
-                return
-            try:
-                self.core.enqueue(request)
-            except Exception as exc:  # this request alone fails
-                log.exception("could not queue request %s", request.request_id)
-                self._deliver(request.request_id, EngineFailedError(f"could not queue the request: {exc!r}"))
-            self._count_waiting()
-
-    def _abort(self, request_id: str) -> None:
-        if self.core.abort(request_id) and self.on_abort is not None:
-            self.on_abort(request_id)
-        with self._lock:
-            self._count_waiting()
-
-    def _count_waiting(self) -> None:
-        """Caller holds the lock."""
-        self._waiting, self._running = self.core.num_requests()
+        await self.core.shutdown()
 
 
 class RequestStream:

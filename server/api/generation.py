@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient, RequestStream
 from argosy.server.api.error_responses import APIError
-from argosy.server.engine.sequence import Request
+from argosy.server.engine.input_processor import NewRequest
 from argosy.server.outputs import RequestOutput
 
 access_log = logging.getLogger("argosy.access")
@@ -41,7 +41,7 @@ def check_model(requested: str, served: str) -> None:
 class Generation:
     """The engine requests of one API call (one per prompt), submitted all or none."""
 
-    def __init__(self, client: EngineClient, request_id: str, requests: list[Request]):
+    def __init__(self, client: EngineClient, request_id: str, requests: list[NewRequest]):
         self.request_id = request_id
         self.requests = requests
         self.latest: dict[int, RequestOutput] = {}

@@ -2,7 +2,8 @@
 
 On the first SIGTERM (or SIGINT) /health turns 503 and new requests get 503 while requests
 in flight finish, for at most --shutdown-timeout seconds; whatever is still running then ends
-with an error event, and the process exits 0. A second signal exits at once."""
+with an error event, and the process exits 0. A second signal exits at once. If the model
+fails to load, or the engine core's process dies, the server exits with a non-zero code."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from argosy.server.engine_config import EngineConfig
 
 log = logging.getLogger("argosy.serve")
 ERROR_EVENT_SECONDS = 5.0
+FAILURE_GRACE_SECONDS = 0.5  # for the error responses of the requests a dead core ended
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +45,17 @@ class DrainingServer(uvicorn.Server):
 
     async def serve(self, sockets=None) -> None:
         self._loop = asyncio.get_running_loop()
-        await super().serve(sockets)
+        watcher = asyncio.ensure_future(self._exit_on_failure())
+        try:
+            await super().serve(sockets)
+        finally:
+            watcher.cancel()
+
+    async def _exit_on_failure(self) -> None:
+        while self.state.failure is None:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(FAILURE_GRACE_SECONDS)
+        self.should_exit = True
 
     def handle_exit(self, sig: int, frame) -> None:
         if self.state.draining or self._loop is None:
@@ -81,17 +93,5 @@ def serve(args: argparse.Namespace) -> int:
         ),
         state,
     )
-
-    async def watch_loading() -> None:
-        while state.client is None and state.load_error is None:
-            await asyncio.sleep(0.1)
-        if state.load_error is not None:
-            server.should_exit = True
-
-    async def main() -> None:
-        watcher = asyncio.ensure_future(watch_loading())
-        await server.serve()
-        watcher.cancel()
-
-    asyncio.run(main())
+    server.run()
     return state.exit_code

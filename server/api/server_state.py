@@ -1,5 +1,5 @@
 """ServerState: what the routes share (the configuration, the metrics, the engine once loaded,
-whether the server drains)."""
+whether the server drains, and the failure that ends it)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ class ServerState:
     config: ServerConfig
     metrics: ServerMetrics
     client: EngineClient | None = None  # set once the model is loaded
-    load_error: str | None = None
-    exit_code: int = 0  # of `argosy serve`, set when the model fails to load
+    failure: str | None = None  # why the server must exit: the model did not load, or the core died
+    exit_code: int = 0  # of `argosy serve`, set with `failure`
     draining: bool = False
+
+    def fail(self, reason: str, exit_code: int) -> None:
+        self.failure, self.exit_code = reason, exit_code
 
     @property
     def model_name(self) -> str:
@@ -25,4 +28,4 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.client is not None and self.client.healthy and not self.draining
+        return self.client is not None and self.failure is None and not self.draining

@@ -1,15 +1,41 @@
 """InputProcessor: turns a prompt (text or token ids) and its SamplingParams into a validated
-Request, without touching the engine's queues, so that the HTTP layer may do it while the
-engine steps."""
+NewRequest, without touching the engine's queues, so that the HTTP layer may do it while the
+engine steps. NewRequest holds what the core gets and what stays with the API process."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from argosy.server.engine.sequence import Request
+from argosy.server.engine.core_protocol import EngineCoreRequest
+from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.models.default_model import resolve_model_path
+from argosy.server.models.model_config import ModelConfig
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
+
+
+@dataclass
+class NewRequest:
+    core: EngineCoreRequest  # what the engine core receives
+    prompt: str | None  # the prompt's text, when it came as text
+
+    @property
+    def request_id(self) -> str:
+        return self.core.request_id
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.core.prompt_token_ids
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.core.params
+
+    @property
+    def arrival_time(self) -> float:
+        return self.core.arrival_time
 
 
 class InputProcessor:
@@ -19,15 +45,25 @@ class InputProcessor:
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
 
+    @classmethod
+    def for_model(cls, config: EngineConfig) -> InputProcessor:
+        """What the API process needs of the checkpoint: its tokenizer and limits, read from
+        its files without loading the weights."""
+        path = resolve_model_path(config.model)
+        model_config = ModelConfig.from_folder(path)
+        limits = resolve_limits(config, model_config)
+        return cls(Tokenizer(path), model_config.vocab_size, limits.max_model_len, config.max_num_seqs)
+
     def make_request(
         self, request_id: str, prompt: str | list[int], params: SamplingParams, arrival_time: float | None = None
-    ) -> Request:
+    ) -> NewRequest:
         """Raises InvalidRequestError, naming the field, when the request cannot be served."""
         params.validate()
         text = prompt if isinstance(prompt, str) else None
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         self._check(token_ids, params)
-        return Request(request_id, text, token_ids, params, arrival_time or time.monotonic())
+        core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic())
+        return NewRequest(core, text)
 
     def _check(self, token_ids: list[int], params: SamplingParams) -> None:
         max_len, vocab = self.max_model_len, self.vocab_size

@@ -1,99 +1,133 @@
-"""OutputProcessor: appends each sampled token to its sequence, decides whether the
-sequence is finished (eos, stop tokens, stop strings, max_tokens, max_model_len), and builds
-the RequestOutputs the caller sees."""
+"""OutputProcessor: the API side of the engine's outputs. It follows each request in flight,
+turns the core's new tokens into text (incrementally), logprob entries and finish reasons,
+finds stop strings (and names the sequences they end, so that the core stops them), and
+builds the RequestOutputs the caller sees."""
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass, field
 
-from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.engine.core_protocol import EngineCoreOutput, TokenLogprobs
+from argosy.server.engine.input_processor import NewRequest
 from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 from argosy.server.text.detokenizer import IncrementalDetokenizer
 from argosy.server.text.tokenizer import Tokenizer
-from argosy.server.worker.sampler import TokenLogprobs
+
+
+@dataclass
+class SequenceState:
+    detokenizer: IncrementalDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    cumulative_logprob: float = 0.0
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+@dataclass
+class RequestState:
+    request: NewRequest
+    seqs: dict[int, SequenceState] = field(default_factory=dict)
+    metrics: RequestMetrics | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return len(self.seqs) == self.request.params.n and all(s.finish_reason for s in self.seqs.values())
 
 
 class OutputProcessor:
-    def __init__(self, tokenizer: Tokenizer, eos_token_ids: tuple[int, ...], max_model_len: int):
+    def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
-        self.eos_token_ids = frozenset(eos_token_ids)
-        self.max_model_len = max_model_len
-        self._detokenizers: dict[int, IncrementalDetokenizer] = {}
+        self.requests: dict[str, RequestState] = {}
 
-    def start(self, seq: Sequence) -> None:
-        p = seq.params
-        self._detokenizers[seq.seq_id] = IncrementalDetokenizer(
+    def add(self, request: NewRequest) -> None:
+        self.requests[request.request_id] = RequestState(request, metrics=RequestMetrics(request.arrival_time))
+
+    def abort(self, request_id: str) -> bool:
+        """Forgets a request; False if it was not in flight."""
+        return self.requests.pop(request_id, None) is not None
+
+    def process(self, outputs: list[EngineCoreOutput], now: float) -> tuple[list[RequestOutput], list[tuple[str, int]]]:
+        """The RequestOutputs of the requests that moved, and the sequences that a stop string
+        ended while the core still runs them."""
+        moved: dict[str, RequestState] = {}
+        stopped: list[tuple[str, int]] = []
+        for out in outputs:
+            state = self.requests.get(out.request_id)
+            if state is None:  # aborted, or ended by a stop string before the core knew
+                continue
+            seq = state.seqs.get(out.index) or self._start(state, out, now)
+            if seq.finish_reason is None:
+                if self._append(state, seq, out):
+                    stopped.append((out.request_id, out.index))
+                moved[out.request_id] = state
+        results = []
+        for request_id, state in moved.items():
+            finished = state.finished
+            if finished:
+                state.metrics.finished_time = now
+                del self.requests[request_id]
+            results.append(self._request_output(state, finished))
+        return results, stopped
+
+    def _start(self, state: RequestState, out: EngineCoreOutput, now: float) -> SequenceState:
+        request, p = state.request, state.request.params
+        detokenizer = IncrementalDetokenizer(
             self.tokenizer,
-            seq.request.prompt_token_ids,
+            request.prompt_token_ids,
             p.skip_special_tokens,
             p.stop_strings,
             p.include_stop_str_in_output,
         )
+        seq = state.seqs[out.index] = SequenceState(detokenizer)
+        if state.metrics.first_token_time is None:
+            state.metrics.first_token_time = now
+            state.metrics.first_scheduled_time = out.first_scheduled_time
+            state.num_cached_tokens = out.num_cached_tokens
+        return seq
 
-    def fork(self, parent: Sequence, child: Sequence) -> None:
-        self._detokenizers[child.seq_id] = self._detokenizers[parent.seq_id].copy()
-
-    def append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None) -> bool:
-        """Adds a token; sets finish_reason/stop_reason and returns True if the sequence ends."""
-        seq.token_ids.append(token_id)
-        if logprobs is not None:
-            seq.logprobs.append(self._logprob_entry(logprobs))
-            seq.cumulative_logprob += logprobs.logprob
-        p = seq.params
-        may_stop = seq.num_output_tokens >= p.min_tokens
-        stop_string = self._detokenizers[seq.seq_id].add(token_id, check_stop=may_stop)
-        if may_stop and not p.ignore_eos and token_id in self.eos_token_ids:
-            seq.finish_reason = "stop"
-        elif may_stop and token_id in p.stop_token_ids:
-            seq.finish_reason, seq.stop_reason = "stop", token_id
+    def _append(self, state: RequestState, seq: SequenceState, out: EngineCoreOutput) -> bool:
+        """Adds the token; True if a stop string ended a sequence the core still runs."""
+        seq.token_ids.append(out.token_id)
+        if out.logprobs is not None:
+            seq.logprobs.append(self._logprob_entry(out.logprobs))
+            seq.cumulative_logprob += out.logprobs.logprob
+        may_stop = len(seq.token_ids) >= state.request.params.min_tokens
+        stop_string = seq.detokenizer.add(out.token_id, check_stop=may_stop)
+        if out.finish_reason == "stop":  # eos and stop tokens rank before stop strings
+            seq.finish_reason, seq.stop_reason = out.finish_reason, out.stop_reason
         elif stop_string is not None:
             seq.finish_reason, seq.stop_reason = "stop", stop_string
-        elif (
-            p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens
-        ) or seq.num_tokens >= self.max_model_len:
-            seq.finish_reason = "length"
+        elif out.finish_reason is not None:
+            seq.finish_reason = out.finish_reason
         if seq.finish_reason is not None and stop_string is None:
-            self._detokenizers[seq.seq_id].flush()
-        return seq.finish_reason is not None
+            seq.detokenizer.flush()
+        return stop_string is not None and out.finish_reason is None
 
-    def abort(self, seq: Sequence) -> None:
-        seq.finish_reason = seq.finish_reason or "abort"
-
-    def request_output(self, request: Request) -> RequestOutput:
-        outputs = [self._completion(seq) for seq in sorted(request.seqs, key=lambda s: s.index)]
-        finished = request.is_finished
-        if finished:
-            request.finished_time = request.finished_time or time.monotonic()
-            self.release(request)
-        metrics = RequestMetrics(
-            request.arrival_time, request.first_scheduled_time, request.first_token_time, request.finished_time
-        )
+    def _request_output(self, state: RequestState, finished: bool) -> RequestOutput:
+        wanted = state.request.params.logprobs is not None
+        outputs = [
+            CompletionOutput(
+                index,
+                seq.detokenizer.output_text(seq.finish_reason is not None),
+                list(seq.token_ids),
+                seq.cumulative_logprob if wanted else None,
+                list(seq.logprobs) if wanted else None,
+                seq.finish_reason,
+                seq.stop_reason,
+            )
+            for index, seq in sorted(state.seqs.items())
+        ]
+        request = state.request
         return RequestOutput(
             request.request_id,
             request.prompt,
             request.prompt_token_ids,
             outputs,
             finished,
-            request.num_cached_tokens,
-            metrics,
-        )
-
-    def release(self, request: Request) -> None:
-        for seq in request.seqs:
-            self._detokenizers.pop(seq.seq_id, None)
-
-    def _completion(self, seq: Sequence) -> CompletionOutput:
-        detok = self._detokenizers.get(seq.seq_id)
-        text = detok.output_text(seq.finish_reason is not None) if detok else ""
-        wanted = seq.params.logprobs is not None
-        return CompletionOutput(
-            seq.index,
-            text,
-            seq.output_token_ids,
-            seq.cumulative_logprob if wanted else None,
-            list(seq.logprobs) if wanted else None,
-            seq.finish_reason,
-            seq.stop_reason,
+            state.num_cached_tokens,
+            state.metrics,
         )
 
     def _logprob_entry(self, lp: TokenLogprobs) -> dict[int, Logprob]:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.engine.scheduler import Scheduler
 from argosy.server.engine.sequence import Sequence
 
 
 class ParallelSampling:
-    def __init__(self, scheduler: Scheduler, outputs: OutputProcessor, seq_ids: Iterator[int]):
-        self.scheduler, self.outputs, self.seq_ids = scheduler, outputs, seq_ids
+    def __init__(self, scheduler: Scheduler, seq_ids: Iterator[int]):
+        self.scheduler, self.seq_ids = scheduler, seq_ids
 
     def expand(self, completing: list[Sequence]) -> tuple[list[Sequence], list[int] | None]:
         """The sequences to sample this step, `completing` with the forks of any whose prompt
@@ -35,5 +34,4 @@ class ParallelSampling:
         for child in children:
             request.seqs.append(child)
             self.scheduler.fork(parent, child)
-            self.outputs.fork(parent, child)
         return children

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from argosy.server.outputs import Logprob
 from argosy.server.sampling_params import SamplingParams
 
 
@@ -32,9 +31,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.preempted = False  # recomputed after losing its blocks at least once
         self.finish_reason: str | None = None
-        self.stop_reason: int | str | None = None
-        self.logprobs: list[dict[int, Logprob]] = []  # per output token, when requested
-        self.cumulative_logprob = 0.0
+        self.stop_reason: int | None = None  # the stop token id that ended it
         params = request.params
         self.generator: torch.Generator | None = None
         if params.seed is not None:
@@ -79,14 +76,11 @@ class Sequence:
 @dataclass
 class Request:
     request_id: str
-    prompt: str | None
     prompt_token_ids: list[int]
     params: SamplingParams
     arrival_time: float = field(default_factory=time.monotonic)
     seqs: list[Sequence] = field(default_factory=list)
     first_scheduled_time: float | None = None
-    first_token_time: float | None = None
-    finished_time: float | None = None
     num_cached_tokens: int = 0
 
     @property

@@ -9,17 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from argosy.server.engine.core_protocol import TokenLogprobs
 from argosy.server.engine.sequence import Sequence
-
-
-@dataclass
-class TokenLogprobs:
-    """Log-probabilities around one sampled token, from the raw model distribution."""
-
-    token_id: int
-    logprob: float
-    rank: int
-    top: list[tuple[int, float]]  # the most likely alternatives, best first
 
 
 @dataclass

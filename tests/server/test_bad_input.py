@@ -37,7 +37,7 @@ def test_bad_requests_raise_and_leave_nothing_behind(llm, prompt, params, param,
     assert err.value.param == param and words in str(err.value)
     stats = llm.stats()
     assert (stats.num_waiting, stats.num_running, stats.kv_blocks_used) == (0, 0, 0)
-    assert not llm.engine.requests
+    assert not llm.engine.requests and not llm.engine.core.requests
 
 
 @pytest.mark.parametrize(

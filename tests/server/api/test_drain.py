@@ -2,7 +2,7 @@
 requests in flight finish (or, past --shutdown-timeout, end with an error event), and the
 process exits 0. A checkpoint that is not there: it exits with the code the operator reads.
 
-The drain's decisions are tested on an in-process server whose engine loop is held, so that
+The drain's decisions are tested on a server whose engine core process is paused, so that
 requests are certainly still in flight when the drain starts; a real process shows the exit."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import httpx
 from argosy.server.exceptions import CheckpointNotFoundError
 from tests.polling import wait_until
 from tests.processes import MODEL, free_port, serve_command, serve_process
-from tests.server.api.servers import holding_engine, run_server
+from tests.server.api.servers import paused_core, run_server
 
 
 def stream_in_background(
@@ -50,19 +50,19 @@ def generated_text_tokens(events: list[str]) -> int:
 
 
 def streams_in_flight(srv, count: int, results: list) -> list[threading.Thread]:
-    """`count` streams, each with its first tokens sent, held by the engine gate."""
-    threads = [stream_in_background(srv.url, 450, results) for _ in range(count)]
-    wait_until(lambda: srv.engine.num_waiting == count, what="every request to be queued")
+    """`count` streams, each with its first tokens received."""
+    started = [threading.Event() for _ in range(count)]
+    threads = [stream_in_background(srv.url, 450, results, s) for s in started]
+    for s in started:
+        assert s.wait(30)
     return threads
 
 
 def test_a_drain_refuses_new_requests_and_lets_requests_in_flight_finish(llama_checkpoint):
     results: list = []
     with run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=60) as srv:
-        with holding_engine(srv, hold=lambda stats: True) as gate:
-            threads = streams_in_flight(srv, 3, results)
-            gate.hold_when(lambda stats: stats.num_running == 3)
-            gate.wait_holding()
+        threads = streams_in_flight(srv, 3, results)
+        with paused_core(srv):
             srv.sigterm()
             wait_until(lambda: httpx.get(f"{srv.url}/health").status_code == 503, what="/health to turn 503")
             assert httpx.get(f"{srv.url}/live").status_code == 200  # draining is not dead: no restart
@@ -82,17 +82,12 @@ def test_a_drain_refuses_new_requests_and_lets_requests_in_flight_finish(llama_c
 
 def test_requests_past_the_shutdown_timeout_end_with_an_error_event(llama_checkpoint):
     results: list = []
-    with (
-        run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=0.1) as srv,
-        holding_engine(srv, hold=lambda stats: True) as gate,
-    ):
+    with run_server(llama_checkpoint, max_num_seqs=4, shutdown_timeout=0.1) as srv:
         threads = streams_in_flight(srv, 2, results)
-        gate.hold_when(lambda stats: stats.num_running == 2)
-        gate.wait_holding()
-        srv.sigterm()  # the held streams cannot finish within the timeout
-        for t in threads:
-            t.join(60)
-        gate.release()  # the engine loop may stop now
+        with paused_core(srv):
+            srv.sigterm()  # the paused streams cannot finish within the timeout
+            for t in threads:
+                t.join(60)
         srv.thread.join(60)
         assert not srv.thread.is_alive()
     assert len(results) == 2

@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 import httpx
 import torch
@@ -17,7 +18,7 @@ from argosy.server.models.model_config import ModelConfig
 from argosy.server.worker.memory_budget import kv_bytes_per_block
 from tests.polling import wait_until
 from tests.processes import MODEL
-from tests.server.api.servers import holding_engine, run_server
+from tests.server.api.servers import paused_core, run_server
 
 
 async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> str:
@@ -58,14 +59,14 @@ def test_64_concurrent_streams_equal_the_offline_engine(server, llama_checkpoint
 def test_a_client_that_disconnects_has_its_sequence_aborted(server):
     body = {"model": MODEL, "prompt": "long story", "max_tokens": 400, "stream": True, "ignore_eos": True}
     aborted_before = server.metric("argosy_request_success_total", finished_reason="abort")
-    with holding_engine(server) as gate, httpx.Client(base_url=server.url, timeout=60) as client:
+    with httpx.Client(base_url=server.url, timeout=60) as client, ExitStack() as pause:
         with client.stream("POST", "/v1/completions", json=body) as response:
             lines = response.iter_lines()
             while not next(lines).startswith("data: "):
                 pass
+            pause.enter_context(paused_core(server))  # until the client has left
             assert server.engine.stats().num_running == 1 and server.engine.stats().kv_blocks_used > 0
         wait_until(lambda: server.engine.num_in_flight == 0, what="the server to see the client leave")
-        gate.release()
     wait_until(lambda: server.engine.stats().num_running == 0)
     assert server.engine.stats().kv_blocks_used == 0
     wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
@@ -87,13 +88,11 @@ def send_without_reading(url: str, path: str, body: dict) -> socket.socket:
 def test_a_non_streaming_client_that_disconnects_is_aborted_too(server, caplog):
     body = {"model": MODEL, "prompt": "long story", "max_tokens": 450, "ignore_eos": True}
     aborted_before = server.metric("argosy_request_success_total", finished_reason="abort")
-    with holding_engine(server) as gate:
-        sock = send_without_reading(server.url, "/v1/completions", body)
-        gate.wait_holding()
-        assert server.engine.stats().num_running == 1  # it cannot finish while the engine is held
+    sock = send_without_reading(server.url, "/v1/completions", body)
+    wait_until(lambda: server.engine.num_running == 1, what="the request to run")
+    with paused_core(server):  # it cannot finish while the core is paused
         sock.close()
         wait_until(lambda: server.engine.num_in_flight == 0, what="the server to see the client leave")
-        gate.release()
     wait_until(lambda: server.engine.stats().num_running == 0 and server.engine.stats().kv_blocks_used == 0)
     wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
     assert not [r for r in caplog.records if r.levelname == "ERROR"]  # a client leaving is no server error
@@ -109,10 +108,9 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
             results.append(httpx.post(f"{srv.url}/v1/completions", json=body, timeout=120))
 
         threads = [threading.Thread(target=post) for _ in range(3)]  # one running, two waiting
-        with holding_engine(srv) as gate:
-            threads[0].start()  # until its first step, the first request counts as waiting too
-            gate.wait_holding()
-            assert srv.engine.num_running == 1
+        threads[0].start()
+        wait_until(lambda: srv.engine.num_running == 1, what="the first request to run")
+        with paused_core(srv):
             for t in threads[1:]:
                 t.start()
             wait_until(lambda: srv.engine.num_waiting == 2)

@@ -34,7 +34,7 @@ class KVCacheMachine(RuleBasedStateMachine):
     )
     def admit(self, prefix, tail, chunk):
         tokens = prefix + tail
-        seq = Sequence(next(self.ids), Request("r", None, tokens, SamplingParams()), 0, tokens)
+        seq = Sequence(next(self.ids), Request("r", tokens, SamplingParams()), 0, tokens)
         cached = self.kv.cached_prefix(seq)
         assert len(cached) * BLOCK < len(tokens)  # at least one token is always computed
         num_new = min(chunk, len(tokens) - len(cached) * BLOCK)
@@ -108,7 +108,7 @@ TestKVCacheManager = KVCacheMachine.TestCase
 
 
 def _computed_sequence(kv: KVCacheManager, seq_id: int, tokens: list[int]) -> Sequence:
-    seq = Sequence(seq_id, Request(str(seq_id), None, tokens, SamplingParams()), 0, tokens)
+    seq = Sequence(seq_id, Request(str(seq_id), tokens, SamplingParams()), 0, tokens)
     hits = kv.cached_prefix(seq)
     assert kv.allocate(seq, len(tokens) - len(hits) * BLOCK, hits)
     seq.num_computed_tokens = len(tokens)
@@ -142,7 +142,7 @@ def test_eviction_takes_a_prefix_tail_before_its_head():
 def test_shared_partial_block_is_copied_before_it_is_written():
     kv = KVCacheManager(8, BLOCK, enable_prefix_caching=False)
     tokens = list(range(6))
-    parent = Sequence(0, Request("a", None, tokens, SamplingParams(n=2)), 0, tokens)
+    parent = Sequence(0, Request("a", tokens, SamplingParams(n=2)), 0, tokens)
     assert kv.allocate(parent, 6)
     parent.num_computed_tokens = 6
     child = parent.fork(1, 1)

@@ -55,7 +55,7 @@ def test_forks_never_push_the_batch_past_max_num_seqs(llama_checkpoint):
     finished = []
     while engine.has_unfinished_requests():
         finished += [o for o in engine.step() if o.finished]
-        assert len(engine.scheduler.running) <= 4
+        assert len(engine.core.scheduler.running) <= 4
     assert sorted(len(o.outputs) for o in finished) == [3, 3, 3]
 
 

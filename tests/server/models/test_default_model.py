@@ -14,9 +14,9 @@ def test_default_model_answers_paris():
     path = resolve_model_path(None)
     assert path == cache_dir() / "models" / DEFAULT_MODEL_NAME
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
-    assert llm.engine.model_config.architecture == "LlamaForCausalLM"
+    assert llm.engine.core.model_config.architecture == "LlamaForCausalLM"
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert llm.engine.dtype == torch.bfloat16
+        assert llm.engine.core.dtype == torch.bfloat16
     out = llm.chat(
         [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
     )[0].outputs[0]

@@ -204,7 +204,7 @@ def test_default_model_in_fp8_answers_paris():
     from argosy import LLM, SamplingParams
 
     llm = LLM(quantization="fp8")
-    assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.runner.model))
+    assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.core.runner.model))
     out = llm.chat(
         [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
     )[0].outputs[0]

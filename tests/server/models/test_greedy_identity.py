@@ -94,8 +94,8 @@ def test_first_step_logits_match_transformers(checkpoints):
         prompts = [[5, 6, 7, 8, 9, 10, 11], [200, 3], list(range(3, 40))]
         for i, p in enumerate(prompts):
             llm.engine.add_request(str(i), p, SamplingParams(max_tokens=1))
-        sched = llm.engine.scheduler.schedule()
-        logits = llm.engine.runner.execute(sched)
+        sched = llm.engine.core.scheduler.schedule()
+        logits = llm.engine.core.runner.execute(sched)
         model = load_reference(checkpoints[arch])
         with torch.inference_mode():
             expected = torch.stack([model(torch.tensor([p])).logits[0, -1] for p in prompts])
@@ -148,6 +148,6 @@ def test_mistral_sliding_window_caps_the_context(tmp_path):
     from tests.checkpoints import build_checkpoint
 
     path = build_checkpoint(tmp_path / "mistral-sw", "mistral", sliding_window=256)
-    assert tiny_llm(path).engine.limits.max_model_len == 256
+    assert tiny_llm(path).engine.core.limits.max_model_len == 256
     with pytest.raises(Exception, match="sliding_window"):
         tiny_llm(path, max_model_len=400)

@@ -15,7 +15,7 @@ EOS = 9
 
 
 def seq(prompt=(0,), outputs=(), **params) -> Sequence:
-    s = Sequence(0, Request("r", None, list(prompt), SamplingParams(**params)), 0, list(prompt))
+    s = Sequence(0, Request("r", list(prompt), SamplingParams(**params)), 0, list(prompt))
     s.token_ids.extend(outputs)
     return s
 

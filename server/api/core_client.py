@@ -1,0 +1,112 @@
+"""CoreClient: the engine core's child process as the API process's event loop sees it. It
+starts the process, waits for it to load the model, sends it commands and receives its
+messages, over two ZeroMQ sockets on IPC paths of a private folder."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from argosy.server.engine import core_protocol as protocol
+from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import ArgosyError
+
+EXIT_POLL_S = 0.1
+SHUTDOWN_WAIT_S = 10.0
+
+
+class CoreStartError(ArgosyError):
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class CoreClient:
+    def __init__(self, config: EngineConfig, log_format: str):
+        self._folder = Path(tempfile.mkdtemp(prefix="argosy-core-"))
+        commands, outputs = f"ipc://{self._folder / 'commands'}", f"ipc://{self._folder / 'outputs'}"
+        # Commands go out from the event loop and never block (no high-water mark): a plain
+        # socket suffices. Outputs are awaited.
+        self._sync_context, self._async_context = zmq.Context(), zmq.asyncio.Context()
+        self._commands = self._sync_context.socket(zmq.PUSH)
+        self._outputs = self._async_context.socket(zmq.PULL)
+        for sock, address in ((self._commands, commands), (self._outputs, outputs)):
+            sock.set_hwm(0)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind(address)
+        command = [sys.executable, "-m", "argosy.server.engine.core_process"]
+        command += ["--commands", commands, "--outputs", outputs, "--log-format", log_format]
+        command += ["--config", msgspec.json.encode(config).decode()]
+        self.process = subprocess.Popen(command)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    async def wait_ready(self) -> protocol.CoreReady:
+        """Waits for the model to load; raises CoreStartError if the core fails or dies first."""
+        receive = asyncio.ensure_future(self._outputs.recv())
+        exited = asyncio.ensure_future(self.wait_exit())
+        await asyncio.wait({receive, exited}, return_when=asyncio.FIRST_COMPLETED)
+        exited.cancel()
+        if not receive.done():
+            receive.cancel()
+            raise CoreStartError(f"the engine core exited with code {self.process.returncode}", 1)
+        message = protocol.decode_message(receive.result())
+        if isinstance(message, protocol.CoreFailed):
+            raise CoreStartError(message.message, message.exit_code)
+        if not isinstance(message, protocol.CoreReady):
+            raise CoreStartError(f"the engine core sent {type(message).__name__} before CoreReady", 1)
+        return message
+
+    def send(self, command: protocol.CoreCommand) -> None:
+        self._commands.send(protocol.encode(command), copy=False)
+
+    async def messages(self) -> AsyncIterator[protocol.EngineCoreOutputs]:
+        """The core's step messages, until its process ends."""
+        exited = asyncio.ensure_future(self.wait_exit())
+        try:
+            while True:
+                receive = asyncio.ensure_future(self._outputs.recv())
+                await asyncio.wait({receive, exited}, return_when=asyncio.FIRST_COMPLETED)
+                if not receive.done():
+                    receive.cancel()
+                    return
+                message = protocol.decode_message(receive.result())
+                if isinstance(message, protocol.EngineCoreOutputs):
+                    yield message
+        finally:
+            exited.cancel()
+
+    async def wait_exit(self) -> int:
+        while self.process.poll() is None:
+            await asyncio.sleep(EXIT_POLL_S)
+        return self.process.returncode
+
+    async def shutdown(self) -> None:
+        """Asks the core to stop, kills it if it does not, and removes the sockets."""
+        if self.alive:
+            self.send(protocol.Shutdown())
+            try:
+                await asyncio.wait_for(self.wait_exit(), SHUTDOWN_WAIT_S)
+            except asyncio.TimeoutError:
+                self.process.kill()
+                self.process.wait()
+        self._commands.close()
+        self._outputs.close()
+        self._sync_context.term()
+        self._async_context.term()
+        shutil.rmtree(self._folder, ignore_errors=True)

@@ -1,0 +1,132 @@
+"""The engine core's process under `argosy serve`: it loads the model, says so (CoreReady,
+or CoreFailed and the exit code), then loops. While requests are in flight it busy-loops:
+take every command that arrived, run one step, send that step's outputs as one message.
+Idle, it blocks on its input socket. It ends on Shutdown, or when its parent is gone.
+
+Run by the API process as `python -m argosy.server.engine.core_process ...`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import msgspec
+import zmq
+
+from argosy.server.engine import core_protocol as protocol
+from argosy.server.engine.engine_core import EngineCore
+from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import ArgosyError
+
+log = logging.getLogger("argosy.engine")
+PARENT_CHECK_MS = 1000  # how long an idle core waits on its socket before checking its parent
+
+
+class EngineCoreProc:
+    """The loop around an EngineCore, between two sockets (commands in, outputs out)."""
+
+    def __init__(self, core: EngineCore, commands: zmq.Socket, outputs: zmq.Socket):
+        self.core, self.commands, self.outputs = core, commands, outputs
+        self.num_received = 0
+        self.parent = os.getppid()
+
+    def run(self) -> None:
+        while True:
+            if os.getppid() != self.parent:
+                log.warning("the API process is gone: the engine core stops")
+                return
+            if not self.core.has_unfinished_requests() and not self.commands.poll(PARENT_CHECK_MS):
+                continue
+            commands = self._receive()
+            if any(isinstance(c, protocol.Shutdown) for c in commands):
+                return
+            failed = [f for c in commands if (f := self._apply(c)) is not None]
+            outputs: list[protocol.EngineCoreOutput] = []
+            if self.core.has_unfinished_requests():
+                outputs, step_failed = self._step()
+                failed += step_failed
+            self._send(outputs, failed)
+
+    def _receive(self) -> list[protocol.CoreCommand]:
+        commands = []
+        while True:
+            try:
+                commands.append(protocol.decode_command(self.commands.recv(zmq.NOBLOCK)))
+            except zmq.Again:
+                return commands
+
+    def _apply(self, command: protocol.CoreCommand) -> protocol.RequestFailed | None:
+        if isinstance(command, protocol.EngineCoreRequest):
+            self.num_received += 1
+            try:
+                self.core.add_request(command)
+            except Exception as exc:  # this request alone fails
+                log.exception("could not queue request %s", command.request_id)
+                return protocol.RequestFailed(command.request_id, f"could not queue the request: {exc!r}")
+        elif isinstance(command, protocol.AbortRequests):
+            for request_id in command.request_ids:
+                self.core.abort(request_id)
+        elif isinstance(command, protocol.FinishSequences):
+            self.core.finish_sequences(command.sequences)
+        return None
+
+    def _step(self) -> tuple[list[protocol.EngineCoreOutput], list[protocol.RequestFailed]]:
+        try:
+            return self.core.step(), []
+        except Exception as exc:  # a bug must fail its requests, not hang them or the loop
+            log.exception("engine step failed")
+            failed = list(self.core.requests)
+            for request_id in failed:
+                self.core.abort(request_id)
+            return [], [protocol.RequestFailed(r, f"engine step failed: {exc!r}") for r in failed]
+
+    def _send(self, outputs: list[protocol.EngineCoreOutput], failed: list[protocol.RequestFailed]) -> None:
+        waiting, running = self.core.num_requests()
+        message = protocol.EngineCoreOutputs(outputs, failed, self.core.stats(), waiting, running, self.num_received)
+        self.outputs.send(protocol.encode(message), copy=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="argosy-engine-core")
+    parser.add_argument("--commands", required=True, help="ZeroMQ address the commands come from")
+    parser.add_argument("--outputs", required=True, help="ZeroMQ address the outputs go to")
+    parser.add_argument("--config", required=True, help="EngineConfig as JSON")
+    parser.add_argument("--log-format", default="json")
+    args = parser.parse_args(argv)
+    from argosy.server.api.log_format import configure_logging
+
+    configure_logging(args.log_format)
+    # The API process decides when the core stops (after a drain): a signal sent to the whole
+    # process group must not end it first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    context = zmq.Context()
+    commands, outputs = context.socket(zmq.PULL), context.socket(zmq.PUSH)
+    for sock, address in ((commands, args.commands), (outputs, args.outputs)):
+        sock.setsockopt(zmq.LINGER, 1000)
+        sock.set_hwm(0)
+        sock.connect(address)
+    try:
+        core = EngineCore(msgspec.json.decode(args.config, type=EngineConfig))
+    except Exception as exc:
+        code = exc.exit_code if isinstance(exc, ArgosyError) else 1
+        if not isinstance(exc, ArgosyError):
+            log.exception("model failed to load")
+        outputs.send(protocol.encode(protocol.CoreFailed(str(exc), code)))
+        outputs.close()
+        return code
+    outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.startup.line())))
+    EngineCoreProc(core, commands, outputs).run()
+    outputs.close()
+    commands.close()
+    return 0
+
+
+if __name__ == "__main__":
+    from argosy.kernels.interpreter import use_interpreter_without_cuda
+
+    use_interpreter_without_cuda()
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""What crosses between the API process and the engine core: requests and aborts one way,
+one batch of outputs per step the other, all as msgspec structs in MessagePack. The offline
+engine passes the same structs without encoding them.
+
+The core works in tokens only: text, stop strings and logprob token texts stay with the API
+process, which tells the core when a stop string ended a sequence."""
+
+from __future__ import annotations
+
+import msgspec
+
+from argosy.server.outputs import EngineStats
+from argosy.server.sampling_params import SamplingParams
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, tag=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_time: float
+
+
+class AbortRequests(msgspec.Struct, array_like=True, tag=True):
+    request_ids: list[str]
+
+
+class FinishSequences(msgspec.Struct, array_like=True, tag=True):
+    """Sequences (request id, output index) that the API process ended on a stop string."""
+
+    sequences: list[tuple[str, int]]
+
+
+class Shutdown(msgspec.Struct, array_like=True, tag=True):
+    pass
+
+
+CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | Shutdown
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True):
+    """Log-probabilities around one sampled token, from the raw model distribution."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]]  # the most likely alternatives, best first
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One new token of one sequence. The fields after `stop_reason` are sent with a
+    request's first token only."""
+
+    request_id: str
+    index: int  # which of the request's n outputs
+    token_id: int
+    logprobs: TokenLogprobs | None = None
+    finish_reason: str | None = None  # "stop" or "length": the core's own reasons
+    stop_reason: int | None = None  # the stop token id that ended it
+    num_cached_tokens: int = 0
+    first_scheduled_time: float | None = None
+
+
+class RequestFailed(msgspec.Struct, array_like=True):
+    request_id: str
+    message: str
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, tag=True):
+    """What one iteration of the core loop changed: the step's tokens, requests that failed,
+    and the core's figures after it."""
+
+    outputs: list[EngineCoreOutput]
+    failed: list[RequestFailed]
+    stats: EngineStats
+    num_waiting_requests: int
+    num_running_requests: int
+    num_requests_received: int  # since the core started: the API counts what is still in transit
+
+
+class CoreReady(msgspec.Struct, array_like=True, tag=True):
+    stats: EngineStats
+    startup: str  # the startup report line
+
+
+class CoreFailed(msgspec.Struct, array_like=True, tag=True):
+    message: str
+    exit_code: int
+
+
+CoreMessage = EngineCoreOutputs | CoreReady | CoreFailed
+
+encode = msgspec.msgpack.Encoder().encode
+decode_command = msgspec.msgpack.Decoder(CoreCommand).decode
+decode_message = msgspec.msgpack.Decoder(CoreMessage).decode

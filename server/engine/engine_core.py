@@ -1,0 +1,168 @@
+"""EngineCore: the scheduler, the KV-cache manager, the model runner and the sampler, in
+tokens only. `step` runs one iteration (schedule, execute, sample) and returns each new token.
+The offline engine calls it in-process; `argosy serve` runs it in a child process
+(core_process.py)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+
+import torch
+
+from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, TokenLogprobs
+from argosy.server.engine.kv_cache_manager import KVCacheManager
+from argosy.server.engine.parallel_sampling import ParallelSampling
+from argosy.server.engine.scheduler import Scheduler
+from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.engine.startup_report import PhaseClock, StartupReport, tensor_bytes
+from argosy.server.engine.stop_conditions import finish_reason
+from argosy.server.engine_config import EngineConfig, resolve_limits
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.models.default_model import resolve_model_path
+from argosy.server.models.model_config import ModelConfig
+from argosy.server.outputs import EngineStats
+from argosy.server.text.tokenizer import Tokenizer
+from argosy.server.worker.device import resolve_device, resolve_dtype
+from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
+from argosy.server.worker.model_runner import ModelRunner
+from argosy.server.worker.sampler import Sampler
+
+log = logging.getLogger("argosy.engine")
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig):
+        path = resolve_model_path(config.model)
+        self.model_config = ModelConfig.from_folder(path)
+        self.limits = resolve_limits(config, self.model_config)
+        device = resolve_device(config)
+        self.dtype = resolve_dtype(config, self.model_config, device)
+        torch.manual_seed(config.seed)
+        clock = PhaseClock()
+        self.runner = ModelRunner(self.model_config, config, self.dtype, device, self.limits.max_model_len)
+        clock.lap("load")
+        largest_step = min(self.limits.max_num_batched_tokens, self.limits.max_model_len)
+        budget = kv_cache_budget(
+            config, device, lambda: self.runner.profile_peak_bytes(largest_step, config.max_num_seqs)
+        )
+        clock.lap("profile")
+        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
+        reserved = self.runner.reserved_blocks
+        num_blocks = num_kv_blocks(budget, block_bytes, self.limits.max_model_len, config.block_size, reserved)
+        self.runner.allocate_kv_cache(num_blocks)
+        clock.lap("kv_cache")
+        graph_sizes = self.runner.capture_graphs()
+        clock.lap("graphs")
+        self.startup = StartupReport(
+            str(device),
+            self.runner.backend.name,
+            config.quantization,
+            graph_sizes,
+            num_blocks,
+            tensor_bytes(self.runner.model),
+            (num_blocks + reserved) * block_bytes,
+            clock.seconds,
+        )
+        log.info(self.startup.line())
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill
+        )
+        eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(path))
+        self.eos_token_ids = frozenset(eos)
+        self.sampler = Sampler(eos)
+        self.requests: dict[str, Request] = {}
+        self._seq_ids = itertools.count()
+        self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
+
+    def add_request(self, new: EngineCoreRequest) -> None:
+        if new.request_id in self.requests:
+            raise InvalidRequestError(f"request id {new.request_id!r} is already in use", param="request_id")
+        request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time)
+        seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
+        request.seqs.append(seq)
+        self.requests[request.request_id] = request
+        self.scheduler.add(seq)
+
+    def abort(self, request_id: str) -> bool:
+        """Withdraws a request; its blocks are free when this returns. False if it was not in
+        flight (unknown, or finished already)."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return False
+        for seq in request.seqs:
+            if not seq.is_finished:
+                seq.finish_reason = seq.finish_reason or "abort"
+                self.scheduler.finish(seq)
+        return True
+
+    def finish_sequences(self, sequences: list[tuple[str, int]]) -> None:
+        """Ends sequences the API process saw finish on a stop string."""
+        for request_id, index in sequences:
+            request = self.requests.get(request_id)
+            if request is None or index >= len(request.seqs) or request.seqs[index].is_finished:
+                continue
+            seq = request.seqs[index]
+            seq.finish_reason = "stop"
+            self.scheduler.finish(seq)
+            if request.is_finished:
+                del self.requests[request_id]
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def num_requests(self) -> tuple[int, int]:
+        """(waiting, running) in requests, not sequences: a request with a sequence waiting
+        (a new one, or preempted) counts as waiting."""
+        waiting = {seq.request.request_id for seq in self.scheduler.waiting}
+        running = {seq.request.request_id for seq in self.scheduler.running} - waiting
+        return len(waiting), len(running)
+
+    def step(self) -> list[EngineCoreOutput]:
+        scheduled = self.scheduler.schedule()
+        if not scheduled.scheduled:
+            if self.scheduler.has_work():
+                raise RuntimeError("the scheduler could not schedule any waiting sequence")
+            return []
+        now = time.monotonic()
+        for item in scheduled.scheduled:
+            item.seq.request.first_scheduled_time = item.seq.request.first_scheduled_time or now
+        logits = self.runner.execute(scheduled)
+        completing = [item.seq for item in scheduled.scheduled if item.completes]
+        self.scheduler.advance(scheduled)
+        targets, rows = self.parallel_sampling.expand(completing)
+        if not targets:  # only partial prefill chunks ran
+            return []
+        sampled = self.sampler(logits if rows is None else logits[rows], targets)
+        return [self._append(s, t, lp) for s, t, lp in zip(targets, sampled.token_ids, sampled.logprobs)]
+
+    def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None) -> EngineCoreOutput:
+        seq.token_ids.append(token_id)
+        request = seq.request
+        reason, stop_token = finish_reason(seq, token_id, self.eos_token_ids, self.limits.max_model_len)
+        if reason is not None:
+            seq.finish_reason, seq.stop_reason = reason, stop_token
+            self.scheduler.finish(seq)
+            if request.is_finished:
+                del self.requests[request.request_id]
+        out = EngineCoreOutput(request.request_id, seq.index, token_id, logprobs, reason, stop_token)
+        if seq.num_output_tokens == 1:
+            out.num_cached_tokens, out.first_scheduled_time = request.num_cached_tokens, request.first_scheduled_time
+        return out
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_waiting=len(self.scheduler.waiting),
+            num_running=len(self.scheduler.running),
+            kv_blocks_total=self.kv.num_blocks,
+            kv_blocks_used=self.kv.num_used_blocks,
+            prefix_cache_queries=self.kv.prefix_cache_queries,
+            prefix_cache_hits=self.kv.prefix_cache_hits,
+            num_preemptions=self.scheduler.num_preemptions,
+        )
+
+
+def _tokenizer_eos(tokenizer: Tokenizer) -> tuple[int, ...]:
+    return tuple(t for t in (tokenizer.eos_token_id,) if t is not None)
