@@ -92,7 +92,7 @@ def build_app(config: ServerConfig) -> FastAPI:
                 code="shutting_down",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
-        if state.client is None:
+        if state.client is None or state.failure is not None:
             raise APIError(
                 503,
                 state.failure or "the model is loading",

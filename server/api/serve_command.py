@@ -25,7 +25,7 @@ from argosy.server.engine_config import EngineConfig
 
 log = logging.getLogger("argosy.serve")
 ERROR_EVENT_SECONDS = 5.0
-FAILURE_GRACE_SECONDS = 0.5  # for the error responses of the requests a dead core ended
+FAILURE_GRACE_SECONDS = 2.0  # for the error responses of a dead core's requests, and probes to see 503
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,80 @@
+"""`argosy serve` is two processes. If the engine core dies, nothing hangs: what was in flight
+ends at once with a 500 (or an error event in a stream), /health turns 503 and the server
+exits non-zero so that Kubernetes restarts the pod. If the API process dies, the core follows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.polling import wait_until
+from tests.processes import MODEL, serve_process
+
+
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status not in ("Z", "X")
+
+
+def test_a_killed_core_fails_every_request_at_once_and_the_server_exits_non_zero(llama_checkpoint):
+    body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 500, "ignore_eos": True}
+    with serve_process(llama_checkpoint) as server:
+        [core] = children(server.popen.pid)
+        streamed: list[list[str]] = []
+        answered: list[httpx.Response] = []
+        started = threading.Event()
+
+        def stream() -> None:
+            events = []
+            with httpx.stream("POST", f"{server.url}/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        events.append(line[6:])
+                        started.set()
+            streamed.append(events)
+
+        threads = [threading.Thread(target=stream)]
+        threads.append(
+            threading.Thread(
+                target=lambda: answered.append(httpx.post(f"{server.url}/v1/completions", json=body, timeout=60))
+            )
+        )
+        for t in threads:
+            t.start()
+        assert started.wait(30)
+        os.kill(core, signal.SIGKILL)
+        killed = time.monotonic()
+        for t in threads:
+            t.join(10)
+        assert time.monotonic() - killed < 5 and not any(t.is_alive() for t in threads)
+        error = json.loads(streamed[0][-2])["error"]
+        assert streamed[0][-1] == "[DONE]" and error["type"] == "internal_error" and "engine core" in error["message"]
+        assert answered[0].status_code == 500 and "engine core" in answered[0].json()["error"]["message"]
+        assert httpx.get(f"{server.url}/health").status_code == 503
+        assert httpx.get(f"{server.url}/live").status_code == 503
+        refused = httpx.post(f"{server.url}/v1/completions", json=body)
+        assert refused.status_code == 503 and refused.json()["error"]["type"] == "service_unavailable_error"
+        assert server.popen.wait(10) == 70  # EX_SOFTWARE
+        assert "engine core process exited with code -9" in server.output()
+
+
+def test_the_core_exits_when_the_api_process_is_gone(llama_checkpoint):
+    with serve_process(llama_checkpoint) as server:
+        [core] = children(server.popen.pid)
+        server.popen.kill()
+        server.popen.wait(10)
+        wait_until(lambda: not alive(core), 10, "the orphaned core to exit")
