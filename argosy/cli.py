@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 # verb -> (help, module, function adding its flags, function running it)
@@ -25,11 +24,6 @@ VERBS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chosen = argv[0] if argv and argv[0] in VERBS else None
-    if chosen == "serve":
-        # OpenMP threads that spin between the engine's kernels would starve the HTTP event
-        # loop of CPU; sleeping threads cost some offline throughput but keep the API responsive.
-        # It must be set before torch loads OpenMP.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if chosen in ("serve", "generate"):
         from argosy.kernels.interpreter import use_interpreter_without_cuda
 
