@@ -29,7 +29,7 @@ def host_step_seconds(llm: LLM, batch: int, steps: int) -> float:
     for _ in range(steps):
         engine.step()
     seconds = (time.perf_counter() - start) / steps
-    for request_id in engine.request_ids():
+    for request_id in list(engine.requests):
         engine.abort(request_id)
     return seconds
 

@@ -106,7 +106,8 @@ async def run_online(url: str, prompts: list[list[int]], concurrency: int, max_t
 
 def start_server(port: int, max_num_seqs: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
-    proc = subprocess.Popen([*command, "--max-num-seqs", str(max_num_seqs)], stdout=subprocess.DEVNULL)
+    server_flags = [*command, "--max-num-seqs", str(max_num_seqs)]
+    proc = subprocess.Popen(server_flags, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         try:

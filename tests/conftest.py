@@ -1,10 +1,5 @@
 from __future__ import annotations
 
-import os
-
-# As `argosy serve` does, before torch loads OpenMP: the in-process test servers need a
-# responsive event loop beside the engine thread.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import pytest
 
 from argosy.kernels.interpreter import use_interpreter_without_cuda

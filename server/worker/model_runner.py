@@ -80,8 +80,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput) -> torch.Tensor:
-        """Runs the step; returns float32 logits, one row per scheduled sequence that
-        `completes`, in schedule order."""
+        """Runs the step; returns logits in the model's dtype (the sampler widens only the rows
+        it must), one row per scheduled sequence that `completes`, in schedule order."""
         if out.blocks_to_copy:
             src, dst = zip(*out.blocks_to_copy)
             self.backend.copy_blocks(

@@ -24,19 +24,20 @@ class Sampler:
         self.eos_token_ids = list(eos_token_ids)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
+        """`logits` in the model's dtype: greedy rows take their argmax there (widening is
+        exact, so the choice is the same), and only what needs arithmetic is widened to float32."""
         # Reported log-probabilities are those of the model itself, before any processing.
         want_logprobs = [s.params.logprobs is not None for s in seqs]
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
+        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if any(want_logprobs) else None
         if any(s.params.has_penalties or s.num_output_tokens < s.params.min_tokens for s in seqs):
-            logits = logits.clone()  # edited in place below; the caller's tensor stays as it was
+            logits = logits.to(torch.float32, copy=True)  # edited in place below; the caller's stays as it was
             _apply_penalties(logits, seqs)
             self._apply_min_tokens(logits, seqs)
-        greedy = torch.tensor([s.params.greedy for s in seqs], dtype=torch.bool, device=logits.device)
         tokens = logits.argmax(dim=-1)
-        sampled_rows = (~greedy).nonzero().flatten()
-        if sampled_rows.numel():
-            rows = sampled_rows.tolist()
-            tokens[sampled_rows] = _sample(logits[sampled_rows], [seqs[i] for i in rows])
+        sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
+        if sampled:
+            rows = torch.tensor(sampled, device=logits.device)
+            tokens[rows] = _sample(logits[rows].float(), [seqs[i] for i in sampled])
         token_ids = tokens.tolist()
         logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
         if raw_logprobs is not None:

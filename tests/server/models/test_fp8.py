@@ -56,6 +56,7 @@ def all_logits(model, prompts=PROMPTS) -> torch.Tensor:
 
 
 def rel_rms(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.float(), expected.float()
     return float((actual - expected).pow(2).mean().sqrt() / expected.pow(2).mean().sqrt())
 
 
