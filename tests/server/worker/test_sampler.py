@@ -6,10 +6,12 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.worker.sampler import Sampler
+from argosy.server.worker.sampler import Sampler, greedy_tokens
 
 EOS = 9
 
@@ -96,3 +98,20 @@ def test_seeded_rows_ignore_their_neighbours():
     alone = sample(logits[:1].tolist(), seq(seed=42)).token_ids[0]
     mixed = sample(logits.tolist(), seq(), seq(seed=1), seq(seed=42), seq(temperature=0), seq()).token_ids[2]
     assert alone == mixed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 9),
+    vocab=st.sampled_from([2048, 3000, 4096, 5121, 49152]),
+    levels=st.integers(2, 50),
+    dtype=st.sampled_from([torch.bfloat16, torch.float32]),
+    seed=st.integers(0, 2**16),
+)
+def test_greedy_tokens_are_the_first_maximum_of_each_row(rows, vocab, levels, dtype, seed):
+    # Few distinct values make ties, the case where "first" matters.
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, levels, (rows, vocab), generator=g).to(dtype)
+    if seed % 3 == 0:
+        logits[:, -1] = levels  # the maximum in the short last chunk
+    assert torch.equal(greedy_tokens(logits), logits.float().argmax(dim=-1))
