@@ -1,7 +1,8 @@
 """The attention backends. The model calls one interface: `metadata` once per step (every layer
 reuses what it builds), `forward` once per layer (write the new K/V into the cache, then attend),
 `copy_blocks` for copy-on-write, and `kernels` for the norms, rotary and activation. `torch` is
-the pure-PyTorch path (the CPU path and the reference); `triton` runs the Triton kernels
+the PyTorch path (on CPU its decodes go to a C++ kernel that reads the cache in place; without
+it, the pure-PyTorch reference); `triton` runs the Triton kernels
 (compiled on CUDA, interpreted on CPU). Triton is imported only when its backend is chosen."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from argosy.kernels import kv_cache_ops
+from argosy.kernels import cpu_attention, kv_cache_ops
 from argosy.kernels.elementwise import TORCH_KERNELS, LayerKernels
 from argosy.kernels.paged_attention import AttentionMetadata, build_metadata, paged_attention
 
@@ -52,9 +53,17 @@ class TorchAttention:
     kernels = TORCH_KERNELS
     captures_graphs = False  # the tile plan reads context lengths back to the host
 
+    def __init__(self, cpu_decode: bool = False):
+        self.cpu_decode = cpu_decode  # decodes through the C++ kernel; else all through the reference
+
     def metadata(self, batch: AttentionBatch) -> AttentionMetadata:
         return build_metadata(
-            batch.slot_mapping, batch.query_start_loc, batch.seq_lens, batch.block_tables, batch.block_size
+            batch.slot_mapping,
+            batch.query_start_loc,
+            batch.seq_lens,
+            batch.block_tables,
+            batch.block_size,
+            self.cpu_decode,
         )
 
     def forward(self, q, k, v, layer_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
@@ -70,7 +79,7 @@ def select_backend(name: str, device: torch.device, num_kv_heads: int) -> Attent
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name == "torch":
-        return TorchAttention()
+        return TorchAttention(cpu_decode=device.type == "cpu" and cpu_attention.cpu_kernels() is not None)
     from argosy.kernels.triton_backend import TritonAttention
 
     return TritonAttention(device, num_kv_heads)

@@ -8,6 +8,9 @@ tile is up to `tile_size` consecutive query tokens of one sequence together with
 slots of every key they may see. Decodes are tiles of one query; a prefill chunk is split
 into tiles of up to 64. Tiles of a kind are batched into one matmul, so there is no Python
 loop over sequences or layers; the tile plan is built once per step and reused by every layer.
+
+On CPU the decodes may instead go to the C++ kernel of cpu_attention.cpp (`DecodeRows`), which
+reads the cache in place; the tiles here stay the reference it is tested against.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from argosy.kernels import cpu_attention
 
 PREFILL_TILE = 64
 
@@ -28,6 +33,15 @@ class AttentionTiles:
 
 
 @dataclass
+class DecodeRows:
+    """The decodes of a step, for the CPU kernel: one query token per sequence."""
+
+    q_index: torch.Tensor  # [decodes] flat token index of each one's query
+    block_tables: torch.Tensor  # [decodes, max_blocks]
+    seq_lens: torch.Tensor  # [decodes]
+
+
+@dataclass
 class AttentionMetadata:
     """What one step's attention needs; built once per step by the model runner."""
 
@@ -37,6 +51,7 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [seqs, max_blocks] block ids, padded with 0
     block_size: int
     tiles: list[AttentionTiles]
+    decodes: DecodeRows | None = None  # set when the CPU kernel attends the decodes
 
 
 def build_metadata(
@@ -45,17 +60,20 @@ def build_metadata(
     seq_lens: torch.Tensor,
     block_tables: torch.Tensor,
     block_size: int,
+    cpu_decode: bool = False,
 ) -> AttentionMetadata:
     q_lens = query_start_loc[1:] - query_start_loc[:-1]
-    tiles = []
+    tiles, decodes = [], None
     for decode in (True, False):  # tiles of one query for decodes, of up to PREFILL_TILE for prefills
         idx = (q_lens == 1 if decode else q_lens > 1).nonzero().flatten()
-        if idx.numel():
+        if idx.numel() and decode and cpu_decode:
+            decodes = DecodeRows(query_start_loc[idx], block_tables[idx].contiguous(), seq_lens[idx])
+        elif idx.numel():
             tile_size = 1 if decode else min(PREFILL_TILE, _next_pow2(int(q_lens[idx].max())))
             tiles.append(
                 _plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx], block_tables[idx], block_size, tile_size)
             )
-    return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles)
+    return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles, decodes)
 
 
 def _plan_tiles(
@@ -94,6 +112,11 @@ def paged_attention(
     Returns [tokens, heads * head_dim]. The new tokens' K/V must already be in the cache."""
     num_tokens, num_heads, head_dim = q.shape
     out = q.new_empty(num_tokens, num_heads * head_dim)
+    if meta.decodes is not None:
+        d = meta.decodes
+        cpu_attention.paged_decode_attention(
+            q.contiguous(), k_cache, v_cache, d.q_index, d.block_tables, d.seq_lens, scale, out.view(q.shape)
+        )
     k_flat = k_cache.flatten(0, 1)
     v_flat = v_cache.flatten(0, 1)
     for tiles in meta.tiles:

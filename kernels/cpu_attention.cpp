@@ -1,0 +1,94 @@
+// Paged decode attention for CPUs: one query token per sequence, its keys and values read in
+// place from the paged cache through the block table (no gathered copy), float32 arithmetic
+// whatever the cache's dtype. One task per (sequence, KV head): the GQA group's query heads
+// share every key and value row they read. The PyTorch reference is paged_attention.py.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+template <typename T>
+void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+            const at::Tensor& q_index, const at::Tensor& block_tables, const at::Tensor& seq_lens,
+            double scale, at::Tensor& out) {
+  const int64_t num_seqs = q_index.size(0), num_heads = q.size(1), head_dim = q.size(2);
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  const int64_t group = num_heads / kv_heads, max_blocks = block_tables.size(1);
+  const T* qp = q.data_ptr<T>();
+  const T* kp = k_cache.data_ptr<T>();
+  const T* vp = v_cache.data_ptr<T>();
+  const int64_t* rows = q_index.data_ptr<int64_t>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  const int64_t* lens = seq_lens.data_ptr<int64_t>();
+  T* op = out.data_ptr<T>();
+  const int64_t token_stride = kv_heads * head_dim;  // between consecutive slots of the cache
+
+  at::parallel_for(0, num_seqs * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> query(group * head_dim), row(head_dim), acc(group * head_dim), scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t seq = task / kv_heads, head = task % kv_heads, len = lens[seq];
+      const T* q_row = qp + (rows[seq] * num_heads + head * group) * head_dim;
+      for (int64_t i = 0; i < group * head_dim; ++i) query[i] = static_cast<float>(q_row[i]) * scale;
+      scores.assign(group * len, 0.f);
+      const int64_t* table = tables + seq * max_blocks;
+      for (int64_t t = 0; t < len; ++t) {
+        const T* k = kp + (table[t / block_size] * block_size + t % block_size) * token_stride + head * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) row[d] = static_cast<float>(k[d]);
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qg = query.data() + g * head_dim;
+          float dot = 0.f;
+          for (int64_t d = 0; d < head_dim; ++d) dot += qg[d] * row[d];
+          scores[g * len + t] = dot;
+        }
+      }
+      std::vector<float> total(group);
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores.data() + g * len;
+        const float peak = *std::max_element(s, s + len);
+        float sum = 0.f;
+        for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - peak));
+        total[g] = sum;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t t = 0; t < len; ++t) {
+        const T* v = vp + (table[t / block_size] * block_size + t % block_size) * token_stride + head * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) row[d] = static_cast<float>(v[d]);
+        for (int64_t g = 0; g < group; ++g) {
+          const float p = scores[g * len + t];
+          float* a = acc.data() + g * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) a[d] += p * row[d];
+        }
+      }
+      T* o_row = op + (rows[seq] * num_heads + head * group) * head_dim;
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t d = 0; d < head_dim; ++d)
+          o_row[g * head_dim + d] = static_cast<T>(acc[g * head_dim + d] / total[g]);
+    }
+  });
+}
+
+// q, out: [tokens, heads, head_dim]; caches: [blocks, block_size, kv_heads, head_dim];
+// q_index, seq_lens: [decodes]; block_tables: [decodes, max_blocks]. Writes out[q_index].
+void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& q_index, const at::Tensor& block_tables,
+                            const at::Tensor& seq_lens, double scale, at::Tensor& out) {
+  TORCH_CHECK(q.is_contiguous() && out.is_contiguous(), "q and out must be contiguous");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "the caches must be contiguous");
+  TORCH_CHECK(q_index.scalar_type() == at::kLong && block_tables.scalar_type() == at::kLong &&
+                  seq_lens.scalar_type() == at::kLong,
+              "indices must be int64");
+  TORCH_CHECK(block_tables.is_contiguous(), "block_tables must be contiguous");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
+    decode<scalar_t>(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out);
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (CPU)");
+}
