@@ -47,7 +47,7 @@ GPU_TESTS=(tests/kernels tests/server/worker/test_cuda_graphs.py tests/server/mo
 if [[ $DRY_RUN == 1 ]]; then
     step tests 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_triton_attention.py -k "split"
     step kernels 120 python3 bench/gpu_kernels.py --dry-run
-    step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4
+    step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4 --decode-batch 2 --context 16
 else
     step tests 240 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
     step kernels 150 python3 bench/gpu_kernels.py

@@ -1,84 +1,121 @@
-"""Offline throughput: N concurrent requests on one model, Argosy's engine next to
-Hugging Face `generate` (one padded batch of the same prompts), measured in one run, in two
-scenarios: every request generates exactly --max-tokens tokens (eos ignored), and every
-request stops at its natural end of sequence (at most 2 x --max-tokens).
+"""Offline throughput on a mixed workload, Argosy's engine next to Hugging Face `generate` in
+static batches, measured in one run; and one decode step next to the time of its matrix
+products alone.
 
     python bench/throughput.py [--num-requests 32] [--max-tokens 128] [--model PATH]
-"""
+
+The workload: prompts of 32-256 tokens and outputs of 16 to --max-tokens tokens, drawn with a
+fixed seed, every request forced to its own length (ignore_eos). Hugging Face runs them in
+static batches of --hf-batch, left-padded; a batch runs until its longest request is done and
+only each request's own tokens are counted. The decode step: --decode-batch sequences with
+contexts of about --context tokens, timed on the engine, against the sum of every linear
+layer's product on that many rows (the same weights, dtype and threads)."""
 
 from __future__ import annotations
 
 import argparse
+import random
 import time
 
 import torch
 
-QUESTIONS = [
-    "What is the capital of France?",
-    "Explain photosynthesis in one paragraph.",
-    "Write a haiku about the sea.",
-    "How do vaccines work?",
-    "List three uses of copper.",
-    "Why is the sky blue?",
-    "Describe a cat to someone who has never seen one.",
-    "What is a prime number?",
-    "Give me a recipe for pancakes.",
-    "Who wrote Hamlet?",
-    "What causes earthquakes?",
-    "Summarise the plot of Cinderella.",
-    "How does a bicycle stay upright?",
-    "What is machine learning?",
-    "Tell me a joke about computers.",
-    "How many planets are in the solar system?",
-]
+
+def workload(vocab: int, count: int, max_tokens: int) -> list[tuple[list[int], int]]:
+    rng = random.Random(0)
+    return [
+        (
+            [rng.randrange(1000, vocab) for _ in range(rng.randint(32, 256))],
+            rng.randint(min(16, max_tokens), max_tokens),
+        )
+        for _ in range(count)
+    ]
 
 
-def prompts(tokenizer, count: int) -> list[list[int]]:
-    result = []
-    for i in range(count):
-        question = QUESTIONS[i % len(QUESTIONS)] + (" Answer briefly." if i >= len(QUESTIONS) else "")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}])
-        result.append(tokenizer.encode(text, add_special_tokens=False))
-    return result
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
-def run_argosy(llm, batch: list[list[int]], max_tokens: int, ignore_eos: bool) -> tuple[float, int]:
+def run_argosy(llm, requests: list[tuple[list[int], int]]) -> float:
     from argosy import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in requests]
     start = time.perf_counter()
-    outputs = llm.generate([{"prompt_token_ids": p} for p in batch], params)
-    return time.perf_counter() - start, sum(len(o.outputs[0].token_ids) for o in outputs)
+    llm.generate([{"prompt_token_ids": p} for p, _ in requests], params)
+    return time.perf_counter() - start
 
 
-def run_hf(model, batch: list[list[int]], max_tokens: int, ignore_eos: bool) -> tuple[float, int]:
-    width = max(map(len, batch))
+def run_hf(model, requests: list[tuple[list[int], int]], batch_size: int) -> float:
     pad = model.config.pad_token_id or 0
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=model.device)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=model.device)
     start = time.perf_counter()
+    for i in range(0, len(requests), batch_size):
+        batch = requests[i : i + batch_size]
+        width = max(len(p) for p, _ in batch)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p, _ in batch], device=model.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch], device=model.device)
+        longest = max(n for _, n in batch)
+        with torch.inference_mode():
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=longest,
+                min_new_tokens=longest,
+                pad_token_id=pad,
+            )
+    sync(model.device)
+    return time.perf_counter() - start
+
+
+def decode_step_seconds(llm, batch: int, context: int, steps: int = 8) -> float:
+    """Mean time of an engine step decoding `batch` sequences at about `context` tokens."""
+    from argosy import SamplingParams
+
+    engine = llm.engine
+    params = SamplingParams(temperature=0.0, max_tokens=steps + 4, ignore_eos=True)
+    for i in range(batch):
+        engine.add_request(f"decode-{i}", [1000 + (i * 7 + j) % 5000 for j in range(context)], params)
+    scheduler = engine.core.scheduler
+    while scheduler.waiting or any(s.num_output_tokens == 0 for s in scheduler.running):
+        engine.step()
+    device = engine.core.runner.device
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    sync(device)
+    seconds = (time.perf_counter() - start) / steps
+    for request_id in list(engine.requests):
+        engine.abort(request_id)
+    return seconds
+
+
+def matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 8) -> float:
+    """The decode step's matrix products alone: every linear layer (and the LM head) on `rows`."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if model.lm_head is None:
+        weights.append(model.embed_tokens.weight)  # the LM head tied to the embeddings
+    inputs = [torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
     with torch.inference_mode():
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=max_tokens,
-            min_new_tokens=max_tokens if ignore_eos else 0,
-            pad_token_id=pad,
-        )
-    seconds = time.perf_counter() - start
-    eos = model.generation_config.eos_token_id
-    tokens = 0
-    for row in out[:, width:].tolist():  # a finished row is padded until the whole batch ends
-        tokens += row.index(eos) + 1 if (eos in row and not ignore_eos) else len(row)
-    return seconds, tokens
+        for x, w in zip(inputs, weights):
+            torch.nn.functional.linear(x, w)
+        sync(weights[0].device)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            for x, w in zip(inputs, weights):
+                torch.nn.functional.linear(x, w)
+        sync(weights[0].device)
+    return (time.perf_counter() - start) / repeats
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
     parser.add_argument("--num-requests", type=int, default=32)
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=128, help="the longest output (the shortest: 16)")
+    parser.add_argument("--hf-batch", type=int, default=16)
+    parser.add_argument("--decode-batch", type=int, default=32)
+    parser.add_argument("--context", type=int, default=210)
     args = parser.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -86,31 +123,28 @@ def main() -> None:
     from argosy import LLM
     from argosy.server.models.default_model import resolve_model_path
 
-    llm = LLM(args.model)
+    llm = LLM(args.model, max_num_seqs=max(args.num_requests, args.decode_batch))
+    core = llm.engine.core
     path = str(resolve_model_path(args.model))
-    hf = (
-        AutoModelForCausalLM.from_pretrained(path, dtype=llm.engine.core.dtype).to(llm.engine.core.runner.device).eval()
-    )
-    batch = prompts(llm.get_tokenizer(), args.num_requests)
-    run_argosy(llm, batch[:2], 4, True)  # warm-up
+    hf = AutoModelForCausalLM.from_pretrained(path, dtype=core.dtype).to(core.runner.device).eval()
+    requests = workload(core.model_config.vocab_size, args.num_requests, args.max_tokens)
+    tokens = sum(n for _, n in requests)
+    run_argosy(llm, requests[:2])  # warm-up
+    ours, theirs = run_argosy(llm, requests), run_hf(hf, requests, args.hf_batch)
     print(
-        f"\n{args.num_requests} requests, {llm.engine.core.startup.line()}, {torch.get_num_threads()} threads, "
-        f"prompts {min(map(len, batch))}-{max(map(len, batch))} tokens, greedy"
+        f"\n{args.num_requests} requests, prompts {min(len(p) for p, _ in requests)}-"
+        f"{max(len(p) for p, _ in requests)} tokens, outputs {min(n for _, n in requests)}-"
+        f"{max(n for _, n in requests)} ({tokens} in all), greedy; {core.startup.line()}, "
+        f"{torch.get_num_threads()} threads"
     )
-    print(f"| {'scenario':34} | {'system':26} | {'seconds':>7} | {'tokens':>6} | {'tokens/s':>8} | {'vs HF':>6} |")
-    print(f"|{'-' * 36}|{'-' * 28}|{'-' * 8}:|{'-' * 7}:|{'-' * 9}:|{'-' * 7}:|")
-    scenarios = [
-        (f"exactly {args.max_tokens} tokens each", args.max_tokens, True),
-        (f"natural length, at most {2 * args.max_tokens}", 2 * args.max_tokens, False),
-    ]
-    for title, max_tokens, ignore_eos in scenarios:
-        ours = run_argosy(llm, batch, max_tokens, ignore_eos)
-        theirs = run_hf(hf, batch, max_tokens, ignore_eos)
-        for name, (seconds, tokens) in (("argosy engine", ours), ("HF generate, padded batch", theirs)):
-            ratio = (tokens / seconds) / (theirs[1] / theirs[0])
-            print(
-                f"| {title:34} | {name:26} | {seconds:7.2f} | {tokens:6d} | {tokens / seconds:8.1f} | {ratio:5.2f}x |"
-            )
+    print("| system | seconds | output tokens/s | vs HF |\n|---|--:|--:|--:|")
+    for name, seconds in (("argosy engine", ours), (f"HF generate, static batches of {args.hf_batch}", theirs)):
+        print(f"| {name} | {seconds:.2f} | {tokens / seconds:.1f} | {theirs / seconds:.2f}x |")
+    step = decode_step_seconds(llm, args.decode_batch, args.context)
+    products = matmul_seconds(core.runner.model, args.decode_batch)
+    print(f"\n| decode step, batch {args.decode_batch}, context ~{args.context} | ms |\n|---|--:|")
+    print(f"| engine step | {step * 1e3:.1f} |\n| its matrix products alone | {products * 1e3:.1f} |")
+    print(f"| step / products | {step / products:.2f}x |")
 
 
 if __name__ == "__main__":

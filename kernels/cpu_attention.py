@@ -27,7 +27,10 @@ def cpu_kernels() -> ModuleType | None:
         return load(
             "argosy_cpu_attention",
             [str(SOURCE)],
-            extra_cflags=["-O3", "-march=native", "-ffast-math"],
+            # OpenMP as ATen's own parallel_for uses it (without it the loop runs on one thread);
+            # libgomp.so.1 resolves to the copy torch has already loaded.
+            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
             verbose=False,
         )
     except Exception as exc:  # a missing compiler must not stop the engine
