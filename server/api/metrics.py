@@ -1,6 +1,6 @@
 """Prometheus metrics of one server, in its own registry, every series labelled with the
 served model name. Gauges are read at scrape time; counters and histograms are fed by the
-engine thread after each step."""
+engine client after each core message."""
 
 from __future__ import annotations
 
