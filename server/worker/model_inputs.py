@@ -47,36 +47,48 @@ def chunks_of(out: SchedulerOutput) -> list[SequenceChunk]:
 def prepare_inputs(
     chunks: list[SequenceChunk], block_size: int, device: torch.device, backend: AttentionBackend
 ) -> ModelInputs:
-    token_ids = [t for chunk in chunks for t in chunk.token_ids]
-    q_len_list = [len(chunk.token_ids) for chunk in chunks]
-    q_lens = torch.tensor(q_len_list, dtype=torch.long)
-    ctx_start = torch.tensor([chunk.start for chunk in chunks], dtype=torch.long)
-    query_start_loc = torch.zeros(len(chunks) + 1, dtype=torch.long)
-    torch.cumsum(q_lens, 0, out=query_start_loc[1:])
-    seq_of_token = torch.repeat_interleave(torch.arange(len(chunks)), q_lens)
-    positions = ctx_start[seq_of_token] + torch.arange(len(token_ids)) - query_start_loc[seq_of_token]
-    block_tables = _pad([chunk.block_table for chunk in chunks])
-    slots = block_tables[seq_of_token, positions // block_size] * block_size + positions % block_size
-    sampled = [i for i, chunk in enumerate(chunks) if chunk.sample]
-    logits_rows = query_start_loc[1:][sampled] - 1
-    seq_lens = ctx_start + q_lens
+    # Built as Python lists, then one tensor each: a handful of tensor constructions costs
+    # less than the dozens of small tensor ops the same arithmetic takes in torch.
+    token_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    query_start_loc, seq_lens, q_lens, logits_rows = [0], [], [], []
+    for chunk in chunks:
+        n, start, table = len(chunk.token_ids), chunk.start, chunk.block_table
+        token_ids += chunk.token_ids
+        if n == 1:  # a decode, the common case
+            positions.append(start)
+            slots.append(table[start // block_size] * block_size + start % block_size)
+        else:
+            positions += range(start, start + n)
+            slots += [table[pos // block_size] * block_size + pos % block_size for pos in range(start, start + n)]
+        query_start_loc.append(query_start_loc[-1] + n)
+        seq_lens.append(start + n)
+        q_lens.append(n)
+        if chunk.sample:
+            logits_rows.append(query_start_loc[-1] - 1)
     batch = AttentionBatch(
-        slots.to(device),
-        query_start_loc.to(device),
-        seq_lens.to(device),
-        block_tables.to(device),
+        _tensor(slots, device),
+        _tensor(query_start_loc, device),
+        _tensor(seq_lens, device),
+        _pad([chunk.block_table for chunk in chunks]).to(device),
         block_size,
-        q_len_list,
-        int(seq_lens.max()),
+        q_lens,
+        max(seq_lens),
     )
     return ModelInputs(
-        torch.tensor(token_ids, dtype=torch.long).to(device),
-        positions.to(device),
-        backend.metadata(batch),
-        logits_rows.to(device),
+        _tensor(token_ids, device), _tensor(positions, device), backend.metadata(batch), _tensor(logits_rows, device)
     )
+
+
+def _tensor(values: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.long).to(device)
 
 
 def _pad(tables: list[list[int]]) -> torch.Tensor:
     width = max(len(t) for t in tables)
-    return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
+    flat: list[int] = []  # one flat list converts much faster than a list of lists
+    for t in tables:
+        flat += t
+        flat += [0] * (width - len(t))
+    return torch.tensor(flat, dtype=torch.long).view(len(tables), width)
