@@ -40,20 +40,26 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       for (int64_t i = 0; i < group * head_dim; ++i) query[i] = static_cast<float>(q_row[i]) * scale;
       scores.resize(group * len);
       const int64_t* table = tables + seq * max_blocks;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const T* block = kp + table[b] * block_stride + head * head_dim;
-        const int64_t first = b * block_size, last = std::min(len, first + block_size);
-        for (int64_t t = first; t < last; ++t) {
-          const T* k = block + (t - first) * token_stride;
-          for (int64_t d = 0; d < head_dim; ++d) row[d] = static_cast<float>(k[d]);
-          for (int64_t g = 0; g < group; ++g) {
-            const float* qg = query.data() + g * head_dim;
-            float dot = 0.f;
-            for (int64_t d = 0; d < head_dim; ++d) dot += qg[d] * row[d];
-            scores[g * len + t] = dot;
+      // Calls visit(t) with `row` holding slot t's vector (of `cache`, this head) in float32.
+      auto for_each_slot = [&](const T* cache, auto visit) {
+        for (int64_t b = 0; b < num_blocks; ++b) {
+          const T* block = cache + table[b] * block_stride + head * head_dim;
+          const int64_t first = b * block_size, last = std::min(len, first + block_size);
+          for (int64_t t = first; t < last; ++t) {
+            const T* slot = block + (t - first) * token_stride;
+            for (int64_t d = 0; d < head_dim; ++d) row[d] = static_cast<float>(slot[d]);
+            visit(t);
           }
         }
-      }
+      };
+      for_each_slot(kp, [&](int64_t t) {
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qg = query.data() + g * head_dim;
+          float dot = 0.f;
+          for (int64_t d = 0; d < head_dim; ++d) dot += qg[d] * row[d];
+          scores[g * len + t] = dot;
+        }
+      });
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * len;
         const float peak = *std::max_element(s, s + len);
@@ -62,19 +68,13 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
         total[g] = sum;
       }
       std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const T* block = vp + table[b] * block_stride + head * head_dim;
-        const int64_t first = b * block_size, last = std::min(len, first + block_size);
-        for (int64_t t = first; t < last; ++t) {
-          const T* v = block + (t - first) * token_stride;
-          for (int64_t d = 0; d < head_dim; ++d) row[d] = static_cast<float>(v[d]);
-          for (int64_t g = 0; g < group; ++g) {
-            const float p = scores[g * len + t];
-            float* a = acc.data() + g * head_dim;
-            for (int64_t d = 0; d < head_dim; ++d) a[d] += p * row[d];
-          }
+      for_each_slot(vp, [&](int64_t t) {
+        for (int64_t g = 0; g < group; ++g) {
+          const float p = scores[g * len + t];
+          float* a = acc.data() + g * head_dim;
+          for (int64_t d = 0; d < head_dim; ++d) a[d] += p * row[d];
         }
-      }
+      });
       T* o_row = op + (rows[seq] * num_heads + head * group) * head_dim;
       for (int64_t g = 0; g < group; ++g) {
         const float inv = 1.f / total[g];
