@@ -19,6 +19,8 @@ import time
 
 import torch
 
+from argosy.server.models.packed_linear import PackedLinear
+
 
 def workload(vocab: int, count: int, max_tokens: int) -> list[tuple[list[int], int]]:
     rng = random.Random(0)
@@ -91,20 +93,24 @@ def decode_step_seconds(llm, batch: int, context: int, steps: int = 8) -> float:
 
 
 def matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 8) -> float:
-    """The decode step's matrix products alone: every linear layer (and the LM head) on `rows`."""
-    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    if model.lm_head is None:
-        weights.append(model.embed_tokens.weight)  # the LM head tied to the embeddings
-    inputs = [torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
+    """The decode step's matrix products alone: every linear layer (and the LM head) on `rows`,
+    run as the engine runs them (oneDNN-packed on CPU)."""
+    products = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
+    if model.lm_head is None:  # tied to the embeddings
+        embed = model.embed_tokens.weight
+        products.append(lambda x: torch.nn.functional.linear(x, embed))
+    device, dtype = model.embed_tokens.weight.device, model.embed_tokens.weight.dtype
+    width = model.config.hidden_size
+    inputs = [torch.randn(rows, getattr(m, "in_features", width), dtype=dtype, device=device) for m in products]
     with torch.inference_mode():
-        for x, w in zip(inputs, weights):
-            torch.nn.functional.linear(x, w)
-        sync(weights[0].device)
+        for x, product in zip(inputs, products):
+            product(x)
+        sync(device)
         start = time.perf_counter()
         for _ in range(repeats):
-            for x, w in zip(inputs, weights):
-                torch.nn.functional.linear(x, w)
-        sync(weights[0].device)
+            for x, product in zip(inputs, products):
+                product(x)
+        sync(device)
     return (time.perf_counter() - start) / repeats
 
 

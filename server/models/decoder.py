@@ -88,5 +88,6 @@ class CausalLM(nn.Module):
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return nn.functional.linear(hidden, weight)
+        if self.lm_head is None:  # tied to the embeddings
+            return nn.functional.linear(hidden, self.embed_tokens.weight)
+        return self.lm_head(hidden)

@@ -15,6 +15,7 @@ from argosy.server.engine_config import EngineConfig
 from argosy.server.models.fp8 import quantize_fp8
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.packed_linear import pack_linears, packing_supported
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from argosy.server.worker.model_inputs import ModelInputs, SequenceChunk, chunks_of, prepare_inputs
 
@@ -34,6 +35,8 @@ class ModelRunner:
         self.model = load_model(model_config, dtype, device, max_model_len, self.backend)
         if engine_config.quantization == "fp8":
             quantize_fp8(self.model)
+        elif packing_supported(device, dtype):
+            pack_linears(self.model)
         self.kv_cache = self._empty_cache(0)
         self.graphs = (
             DecodeGraphs(
