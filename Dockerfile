@@ -30,9 +30,10 @@ RUN pip install . \
 
 FROM python:${PYTHON_VERSION}-slim
 # Triton compiles a small C launcher for its kernels the first time each runs, so the GPU path
-# needs a C compiler at run time.
+# needs a C compiler at run time; on CPU nodes the C++ decode-attention kernel is compiled for
+# the node's own CPU on first start (never here: it is built with -march=native).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc g++ libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 argosy \
     && useradd --uid 10001 --gid 10001 --home-dir /tmp --no-create-home --shell /usr/sbin/nologin argosy
@@ -43,6 +44,7 @@ ENV PATH=/opt/argosy/bin:$PATH \
     HOME=/tmp \
     ARGOSY_CACHE=/tmp/argosy \
     TRITON_CACHE_DIR=/tmp/triton \
+    TORCH_EXTENSIONS_DIR=/tmp/torch_extensions \
     PYTHONUNBUFFERED=1
 USER 10001:10001
 EXPOSE 8000 8080
