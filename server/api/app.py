@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
-from argosy.server.api.core_client import CoreClient, CoreStartError
+from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
@@ -31,21 +31,20 @@ async def run_engine(state: ServerState) -> None:
     """Starts the engine core's process, serves through it until it ends, and records why the
     server must exit if the model fails to load or the core dies."""
     config = state.config
+    core: CoreClient | None = None
     try:
         inputs = await asyncio.to_thread(InputProcessor.for_model, config.engine)
         core = CoreClient(config.engine, config.log_format)
-    except ArgosyError as exc:
-        log.error("model failed to load: %s", exc)
-        return state.fail(str(exc), exc.exit_code)
-    try:
         ready = await core.wait_ready()
-    except CoreStartError as exc:
+    except ArgosyError as exc:  # CoreStartError included
         log.error("model failed to load: %s", exc)
-        await core.shutdown()
+        if core is not None:
+            await core.shutdown()
         return state.fail(str(exc), exc.exit_code)
     except asyncio.CancelledError:  # the server stops while the model loads
-        core.process.kill()
-        await core.shutdown()
+        if core is not None:
+            core.process.kill()
+            await core.shutdown()
         raise
     client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics)
     state.metrics.bind_gauges(

@@ -58,14 +58,13 @@ class CoreClient:
 
     async def wait_ready(self) -> protocol.CoreReady:
         """Waits for the model to load; raises CoreStartError if the core fails or dies first."""
-        receive = asyncio.ensure_future(self._outputs.recv())
         exited = asyncio.ensure_future(self.wait_exit())
-        await asyncio.wait({receive, exited}, return_when=asyncio.FIRST_COMPLETED)
-        exited.cancel()
-        if not receive.done():
-            receive.cancel()
+        try:
+            message = await self._next_message(exited)
+        finally:
+            exited.cancel()
+        if message is None:
             raise CoreStartError(f"the engine core exited with code {self.process.returncode}", 1)
-        message = protocol.decode_message(receive.result())
         if isinstance(message, protocol.CoreFailed):
             raise CoreStartError(message.message, message.exit_code)
         if not isinstance(message, protocol.CoreReady):
@@ -79,17 +78,20 @@ class CoreClient:
         """The core's step messages, until its process ends."""
         exited = asyncio.ensure_future(self.wait_exit())
         try:
-            while True:
-                receive = asyncio.ensure_future(self._outputs.recv())
-                await asyncio.wait({receive, exited}, return_when=asyncio.FIRST_COMPLETED)
-                if not receive.done():
-                    receive.cancel()
-                    return
-                message = protocol.decode_message(receive.result())
+            while (message := await self._next_message(exited)) is not None:
                 if isinstance(message, protocol.EngineCoreOutputs):
                     yield message
         finally:
             exited.cancel()
+
+    async def _next_message(self, exited: asyncio.Future) -> protocol.CoreMessage | None:
+        """The core's next message, or None once `exited` (its process has ended) is done first."""
+        receive = asyncio.ensure_future(self._outputs.recv())
+        await asyncio.wait({receive, exited}, return_when=asyncio.FIRST_COMPLETED)
+        if not receive.done():
+            receive.cancel()
+            return None
+        return protocol.decode_message(receive.result())
 
     async def wait_exit(self) -> int:
         while self.process.poll() is None:

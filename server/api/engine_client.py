@@ -160,7 +160,7 @@ class EngineClient:
         self._waiting, self._running = message.num_waiting_requests, message.num_running_requests
         self._received = message.num_requests_received
         self.metrics.observe_step(results, now)
-        stats = message.stats
+        stats = self._stats
         self.metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
 
     async def shutdown(self) -> None:

@@ -11,7 +11,6 @@ from argosy.server.engine.engine_core import EngineCore
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.engine_config import EngineConfig
-from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
@@ -37,9 +36,7 @@ class LLMEngine:
         self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time))
 
     def enqueue(self, request: NewRequest) -> None:
-        if request.request_id in self.outputs.requests:
-            raise InvalidRequestError(f"request id {request.request_id!r} is already in use", param="request_id")
-        self.core.add_request(request.core)
+        self.core.add_request(request.core)  # raises first on a request id in use
         self.outputs.add(request)
 
     def abort(self, request_id: str) -> bool:

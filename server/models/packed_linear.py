@@ -42,5 +42,5 @@ def pack_linears(model: nn.Module) -> None:
         for name, child in list(owner.named_children()):
             if isinstance(child, nn.Linear):
                 setattr(owner, name, PackedLinear(child.weight, child.bias))
-    if getattr(model, "lm_head", False) is None:
+    if model.lm_head is None:
         model.lm_head = PackedLinear(model.embed_tokens.weight, None)
