@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from argosy.kernels.cpu_attention import cpu_kernels
+from argosy.kernels.attention_backend import select_backend
+from argosy.kernels.cpu_attention import DISABLE_ENV, cpu_kernels
 from argosy.kernels.paged_attention import build_metadata, paged_attention
 from tests.kernels.paged_batch import paged_batch
 
@@ -38,3 +39,15 @@ def test_the_cpu_decode_kernel_matches_the_reference(heads, kv_heads, head_dim, 
     decode_rows = [i for i, n in zip(b.query_start_loc.tolist(), b.q_lens) if n == 1]
     prefill_rows = sorted(set(range(b.q.shape[0])) - set(decode_rows))
     assert torch.equal(kernel[prefill_rows], reference[prefill_rows])  # untouched by the kernel
+
+
+def test_argosy_cpu_kernels_0_keeps_decodes_on_the_reference(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    cpu_kernels.cache_clear()
+    try:
+        assert cpu_kernels() is None
+        assert select_backend("torch", torch.device("cpu"), 1).cpu_decode is False
+    finally:
+        monkeypatch.delenv(DISABLE_ENV)
+        cpu_kernels.cache_clear()
+    assert select_backend("auto", torch.device("cpu"), 1).cpu_decode is True
