@@ -13,14 +13,15 @@ import time
 import torch
 
 from argosy import LLM, SamplingParams
+from argosy.server.sampling_params import RequestOutputKind
 
 PROMPT_LEN = 32
 
 
-def host_step_seconds(llm: LLM, batch: int, steps: int) -> float:
+def host_step_seconds(llm: LLM, batch: int, steps: int, kind: RequestOutputKind) -> float:
     """Mean wall time of `steps` decode steps of `batch` sequences, after their prefill."""
     engine = llm.engine
-    params = SamplingParams(temperature=0.0, max_tokens=steps + 8, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=steps + 8, ignore_eos=True, output_kind=kind)
     for i in range(batch):
         engine.add_request(f"b{batch}-{i}", [100 + (i + j) % 1000 for j in range(PROMPT_LEN)], params)
     while any(s.num_output_tokens == 0 for s in engine.core.scheduler.running) or engine.core.scheduler.waiting:
@@ -47,10 +48,12 @@ def main() -> None:
     logits[:, 1000] += 100.0
     llm.engine.core.runner.forward = lambda inputs, kv_cache: logits[: len(inputs.logits_rows)]
     print(f"\nhost time per decode step, forward pass a no-op, {torch.get_num_threads()} threads")
-    print("| batch | µs per step | µs per sequence |\n|--:|--:|--:|")
+    print("outputs as `LLM.generate` takes them (final only), and as a stream takes them (a delta every step)")
+    print("| batch | µs per step | µs per sequence | µs per sequence, deltas |\n|--:|--:|--:|--:|")
     for batch in args.batches:
-        seconds = host_step_seconds(llm, batch, args.steps)
-        print(f"| {batch} | {seconds * 1e6:.0f} | {seconds * 1e6 / batch:.1f} |")
+        final = host_step_seconds(llm, batch, args.steps, RequestOutputKind.FINAL_ONLY)
+        delta = host_step_seconds(llm, batch, args.steps, RequestOutputKind.DELTA)
+        print(f"| {batch} | {final * 1e6:.0f} | {final * 1e6 / batch:.1f} | {delta * 1e6 / batch:.1f} |")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from argosy.kernels import cpu_attention, kv_cache_ops
+from argosy.kernels import cpu_kernels, kv_cache_ops
 from argosy.kernels.elementwise import TORCH_KERNELS, LayerKernels
 from argosy.kernels.paged_attention import AttentionMetadata, build_metadata, paged_attention
 
@@ -79,7 +79,7 @@ def select_backend(name: str, device: torch.device, num_kv_heads: int) -> Attent
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name == "torch":
-        return TorchAttention(cpu_decode=device.type == "cpu" and cpu_attention.cpu_kernels() is not None)
+        return TorchAttention(cpu_decode=device.type == "cpu" and cpu_kernels.cpu_kernels() is not None)
     from argosy.kernels.triton_backend import TritonAttention
 
     return TritonAttention(device, num_kv_heads)

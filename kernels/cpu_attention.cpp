@@ -7,9 +7,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
+
 namespace {
+
+// exp over n floats in place, after subtracting `peak`; returns their sum.
+inline float exp_sum(float* s, int64_t n, float peak) {
+  float sum = 0.f;
+  for (int64_t t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - peak));
+  return sum;
+}
 
 // D: the head dimension, fixed at compile time for the common sizes so that every loop over it
 // unrolls into vector instructions; 0 reads it at run time.
@@ -62,10 +74,7 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       });
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * len;
-        const float peak = *std::max_element(s, s + len);
-        float sum = 0.f;
-        for (int64_t t = 0; t < len; ++t) sum += (s[t] = std::exp(s[t] - peak));
-        total[g] = sum;
+        total[g] = exp_sum(s, len, *std::max_element(s, s + len));
       }
       std::fill(acc.begin(), acc.end(), 0.f);
       for_each_slot(vp, [&](int64_t t) {
@@ -84,6 +93,76 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
   });
 }
 
+#if defined(__AVX512BF16__)
+// The same for bfloat16 on CPUs with AVX512-BF16: q . k in `dpbf16` (bfloat16 pairs multiplied
+// exactly, summed in float32), softmax in float32, and p * v in float32 after widening v. Each
+// of the group's query heads makes its own pass over the keys and values, so its accumulators
+// stay in registers; the passes after the first read them from the core's cache.
+template <int64_t D>
+void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                 const at::Tensor& q_index, const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                 double scale, at::Tensor& out) {
+  static_assert(D % 32 == 0, "whole vectors of bfloat16 pairs");
+  constexpr int64_t kPairs = D / 32, kFloats = D / 16;
+  const int64_t num_seqs = q_index.size(0), num_heads = q.size(1);
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  const int64_t group = num_heads / kv_heads, max_blocks = block_tables.size(1);
+  const uint16_t* qp = reinterpret_cast<const uint16_t*>(q.data_ptr());
+  const uint16_t* kp = reinterpret_cast<const uint16_t*>(k_cache.data_ptr());
+  const uint16_t* vp = reinterpret_cast<const uint16_t*>(v_cache.data_ptr());
+  const int64_t* rows = q_index.data_ptr<int64_t>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  const int64_t* lens = seq_lens.data_ptr<int64_t>();
+  uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr());
+  const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
+  const float fscale = static_cast<float>(scale);
+
+  at::parallel_for(0, num_seqs * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t seq = task / kv_heads, head = task % kv_heads, len = lens[seq];
+      const int64_t* table = tables + seq * max_blocks;
+      scores.resize(len);
+      // Calls visit(t, slot) for every cached token of the sequence, with its row in `cache`.
+      auto for_each_slot = [&](const uint16_t* cache, auto visit) {
+        for (int64_t first = 0, b = 0; first < len; first += block_size, ++b) {
+          const uint16_t* slot = cache + table[b] * block_stride + head * D;
+          const int64_t last = std::min(len, first + block_size);
+          for (int64_t t = first; t < last; ++t, slot += token_stride) visit(t, slot);
+        }
+      };
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t q_offset = (rows[seq] * num_heads + head * group + g) * D;
+        __m512bh qv[kPairs];
+        for (int64_t i = 0; i < kPairs; ++i) qv[i] = (__m512bh)_mm512_loadu_si512(qp + q_offset + 32 * i);
+        for_each_slot(kp, [&](int64_t t, const uint16_t* k) {
+          __m512 acc = _mm512_setzero_ps();
+          for (int64_t i = 0; i < kPairs; ++i) acc = _mm512_dpbf16_ps(acc, qv[i], (__m512bh)_mm512_loadu_si512(k + 32 * i));
+          scores[t] = _mm512_reduce_add_ps(acc) * fscale;
+        });
+        const float inv = 1.f / exp_sum(scores.data(), len, *std::max_element(scores.data(), scores.data() + len));
+        __m512 acc[kFloats];
+        for (int64_t i = 0; i < kFloats; ++i) acc[i] = _mm512_setzero_ps();
+        for_each_slot(vp, [&](int64_t t, const uint16_t* v) {
+          const __m512 p = _mm512_set1_ps(scores[t]);
+          for (int64_t i = 0; i < kFloats; ++i) {
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16 * i));
+            const __m512 wide = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+            acc[i] = _mm512_fmadd_ps(p, wide, acc[i]);
+          }
+        });
+        for (int64_t i = 0; i < kFloats; ++i) {
+          const __m256bh narrow = _mm512_cvtneps_pbh(_mm512_mul_ps(acc[i], _mm512_set1_ps(inv)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + q_offset + 16 * i), (__m256i)narrow);
+        }
+      }
+    }
+  });
+}
+#endif
+
+}  // namespace
+
 // q, out: [tokens, heads, head_dim]; caches: [blocks, block_size, kv_heads, head_dim];
 // q_index, seq_lens: [decodes]; block_tables: [decodes, max_blocks]. Writes out[q_index].
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -95,6 +174,12 @@ void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
                   seq_lens.scalar_type() == at::kLong,
               "indices must be int64");
   TORCH_CHECK(block_tables.is_contiguous(), "block_tables must be contiguous");
+#if defined(__AVX512BF16__)
+  if (q.scalar_type() == at::kBFloat16 && k_cache.scalar_type() == at::kBFloat16) {
+    if (q.size(2) == 64) return decode_bf16<64>(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out);
+    if (q.size(2) == 128) return decode_bf16<128>(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out);
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
     switch (q.size(2)) {
       case 64: return decode<scalar_t, 64>(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out);
@@ -102,10 +187,4 @@ void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
       default: return decode<scalar_t, 0>(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out);
     }
   });
-}
-
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (CPU)");
 }

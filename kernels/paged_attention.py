@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from argosy.kernels import cpu_attention
+from argosy.kernels import cpu_kernels
 
 PREFILL_TILE = 64
 
@@ -114,7 +114,7 @@ def paged_attention(
     out = q.new_empty(num_tokens, num_heads * head_dim)
     if meta.decodes is not None:
         d = meta.decodes
-        cpu_attention.paged_decode_attention(
+        cpu_kernels.paged_decode_attention(
             q.contiguous(), k_cache, v_cache, d.q_index, d.block_tables, d.seq_lens, scale, out.view(q.shape)
         )
     k_flat = k_cache.flatten(0, 1)

@@ -3,13 +3,14 @@ outputs in prompt order."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from argosy.server.engine.llm_engine import LLMEngine
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import EngineStats, RequestOutput
-from argosy.server.sampling_params import SamplingParams
+from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 
 PromptInput = str | dict[str, Any]
 Conversation = list[dict[str, Any]]
@@ -64,7 +65,8 @@ class LLM:
             for prompt, p in zip(prompts, params):
                 ids.append(str(self._next_id))
                 self._next_id += 1
-                self.engine.add_request(ids[-1], prompt, p)
+                # Only the finished outputs are returned: no output is built before then.
+                self.engine.add_request(ids[-1], prompt, replace(p, output_kind=RequestOutputKind.FINAL_ONLY))
         except Exception:
             for request_id in ids:  # an invalid prompt leaves nothing of the batch behind
                 self.engine.abort(request_id)

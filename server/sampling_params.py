@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 
@@ -10,6 +11,14 @@ from argosy.server.exceptions import InvalidRequestError
 # Below this a temperature is treated as greedy: dividing logits by it would overflow.
 GREEDY_EPSILON = 1e-5
 MAX_LOGPROBS = 20
+
+
+class RequestOutputKind(enum.IntEnum):
+    """What each of a request's outputs holds, as in vLLM."""
+
+    CUMULATIVE = 0  # everything so far
+    DELTA = 1  # only what is new since the previous output
+    FINAL_ONLY = 2  # one output, once the request has finished
 
 
 @dataclass
@@ -31,6 +40,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None  # also return this many top alternatives per token
     skip_special_tokens: bool = True
+    output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from argosy.server.engine.core_protocol import EngineCoreOutput, TokenLogprobs
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
-from argosy.server.text.detokenizer import IncrementalDetokenizer
+from argosy.server.sampling_params import RequestOutputKind
+from argosy.server.text.detokenizer import IncrementalDetokenizer, make_detokenizer
 from argosy.server.text.tokenizer import Tokenizer
 
 
@@ -22,6 +23,9 @@ class SequenceState:
     cumulative_logprob: float = 0.0
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    # How much of the text, tokens and logprobs earlier DELTA outputs have handed out.
+    sent_chars: int = 0
+    sent_tokens: int = 0
 
 
 @dataclass
@@ -68,12 +72,14 @@ class OutputProcessor:
             if finished:
                 state.metrics.finished_time = now
                 del self.requests[request_id]
-            results.append(self._request_output(state, finished))
+            kind = state.request.params.output_kind
+            if finished or kind is not RequestOutputKind.FINAL_ONLY:
+                results.append(self._request_output(state, finished, kind))
         return results, stopped
 
     def _start(self, state: RequestState, out: EngineCoreOutput, now: float) -> SequenceState:
         request, p = state.request, state.request.params
-        detokenizer = IncrementalDetokenizer(
+        detokenizer = make_detokenizer(
             self.tokenizer,
             request.prompt_token_ids,
             p.skip_special_tokens,
@@ -105,20 +111,28 @@ class OutputProcessor:
             seq.detokenizer.flush()
         return stop_string is not None and out.finish_reason is None
 
-    def _request_output(self, state: RequestState, finished: bool) -> RequestOutput:
+    def _request_output(self, state: RequestState, finished: bool, kind: RequestOutputKind) -> RequestOutput:
         wanted = state.request.params.logprobs is not None
-        outputs = [
-            CompletionOutput(
-                index,
-                seq.detokenizer.output_text(seq.finish_reason is not None),
-                list(seq.token_ids),
-                seq.cumulative_logprob if wanted else None,
-                list(seq.logprobs) if wanted else None,
-                seq.finish_reason,
-                seq.stop_reason,
+        outputs = []
+        for index, seq in sorted(state.seqs.items()):
+            text = seq.detokenizer.output_text(seq.finish_reason is not None)
+            tokens, logprobs = seq.token_ids, seq.logprobs
+            if kind is RequestOutputKind.DELTA:
+                text, tokens, logprobs = text[seq.sent_chars :], tokens[seq.sent_tokens :], logprobs[seq.sent_tokens :]
+                seq.sent_chars, seq.sent_tokens = seq.sent_chars + len(text), len(seq.token_ids)
+            elif kind is RequestOutputKind.CUMULATIVE:  # the lists still grow after this output
+                tokens, logprobs = list(tokens), list(logprobs)
+            outputs.append(
+                CompletionOutput(
+                    index,
+                    text,
+                    tokens,
+                    seq.cumulative_logprob if wanted else None,
+                    logprobs if wanted else None,
+                    seq.finish_reason,
+                    seq.stop_reason,
+                )
             )
-            for index, seq in sorted(state.seqs.items())
-        ]
         request = state.request
         return RequestOutput(
             request.request_id,

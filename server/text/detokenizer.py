@@ -1,7 +1,11 @@
-"""IncrementalDetokenizer: turns a sequence's tokens into text one token at a time,
-right across multi-byte characters split over several tokens, and finds stop strings."""
+"""Incremental detokenization: a sequence's tokens turned into text one token at a time, right
+across multi-byte characters split over several tokens, with stop strings found as the text
+grows. `ByteDetokenizer` serves byte-level BPE vocabularies (one table lookup per token);
+`WindowDetokenizer` serves any other, by decoding a short window of tokens."""
 
 from __future__ import annotations
+
+import codecs
 
 from argosy.server.text.tokenizer import Tokenizer
 
@@ -11,19 +15,9 @@ _CONTEXT_TOKENS = 5
 
 
 class IncrementalDetokenizer:
-    def __init__(
-        self,
-        tokenizer: Tokenizer,
-        prompt_ids: list[int],
-        skip_special_tokens: bool,
-        stop_strings: tuple[str, ...],
-        include_stop_str: bool,
-    ):
-        self.tokenizer = tokenizer
-        self.skip_special_tokens = skip_special_tokens
-        self.ids = list(prompt_ids[-_CONTEXT_TOKENS:])
-        self.prefix_offset = 0
-        self.read_offset = len(self.ids)
+    """The text so far, and the stop strings it is searched for."""
+
+    def __init__(self, stop_strings: tuple[str, ...], include_stop_str: bool):
         self.text = ""
         self.stop_strings = stop_strings
         self.include_stop_str = include_stop_str
@@ -32,14 +26,15 @@ class IncrementalDetokenizer:
 
     def add(self, token_id: int, check_stop: bool = True) -> str | None:
         """Appends a token; returns the stop string it completed, if any (text is then cut)."""
-        self.ids.append(token_id)
-        prefix, full = self._decode_unread()
-        if len(full) <= len(prefix) or full.endswith("\ufffd"):
-            return None  # an incomplete character: wait for the next token
-        delta = full[len(prefix) :]
-        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        delta = self._next_text(token_id)
+        if not delta:
+            return None  # nothing new yet (an incomplete character, or a skipped token)
         self.text += delta
-        return self._find_stop(len(delta)) if check_stop else None
+        return self._find_stop(len(delta)) if check_stop and self.stop_strings else None
+
+    def flush(self) -> None:
+        """At the end, emits whatever is left, even an incomplete character."""
+        self.text += self._rest()
 
     def output_text(self, finished: bool) -> str:
         if finished or not self.holdback:
@@ -59,24 +54,79 @@ class IncrementalDetokenizer:
         self.text = self.text[: idx + (len(stop) if self.include_stop_str else 0)]
         return stop
 
-    def flush(self) -> None:
-        """At the end, emits whatever is left, even an incomplete character."""
-        if self.read_offset < len(self.ids):
-            prefix, full = self._decode_unread()
-            self.text += full[len(prefix) :]
-            self.read_offset = len(self.ids)
+    def _next_text(self, token_id: int) -> str:
+        raise NotImplementedError
+
+    def _rest(self) -> str:
+        raise NotImplementedError
+
+
+class ByteDetokenizer(IncrementalDetokenizer):
+    """Byte-level BPE: the text is the UTF-8 of the tokens' bytes, so each token's bytes go
+    through an incremental UTF-8 decoder, which holds an incomplete character back."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, skip_special_tokens: bool, stop_strings: tuple[str, ...], include_stop_str: bool
+    ):
+        super().__init__(stop_strings, include_stop_str)
+        self.vocab_bytes = tokenizer.vocab_bytes
+        self.skipped = tokenizer.special_ids if skip_special_tokens else frozenset()
+        # Invalid bytes become U+FFFD, one per maximal invalid subsequence, as the tokenizer's own decode.
+        self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def _next_text(self, token_id: int) -> str:
+        if token_id in self.skipped or token_id >= len(self.vocab_bytes):
+            return ""  # as decode: skipped special tokens and ids outside the vocabulary vanish
+        return self.utf8.decode(self.vocab_bytes[token_id])
+
+    def _rest(self) -> str:
+        return self.utf8.decode(b"", final=True)
+
+
+class WindowDetokenizer(IncrementalDetokenizer):
+    """Any tokenizer: the new text is what decoding a short window of tokens with the new one
+    adds to decoding it without (with context, word-initial spaces come out right)."""
+
+    def __init__(
+        self, tokenizer: Tokenizer, prompt_ids: list[int], skip_special_tokens: bool, stop_strings, include_stop_str
+    ):
+        super().__init__(stop_strings, include_stop_str)
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.ids = list(prompt_ids[-_CONTEXT_TOKENS:])
+        self.prefix_offset = 0
+        self.read_offset = len(self.ids)
+
+    def _next_text(self, token_id: int) -> str:
+        self.ids.append(token_id)
+        prefix, full = self._decode_unread()
+        if len(full) <= len(prefix) or full.endswith("\ufffd"):
+            return ""  # an incomplete character: wait for the next token
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return full[len(prefix) :]
+
+    def _rest(self) -> str:
+        if self.read_offset == len(self.ids):
+            return ""
+        prefix, full = self._decode_unread()
+        self.read_offset = len(self.ids)
+        return full[len(prefix) :]
 
     def _decode_unread(self) -> tuple[str, str]:
-        """The context window decoded without and with the tokens not yet read; the new text
-        is what the second adds (decoding with context keeps word-initial spaces right)."""
         decode = self.tokenizer.decode
         return (
             decode(self.ids[self.prefix_offset : self.read_offset], self.skip_special_tokens),
             decode(self.ids[self.prefix_offset :], self.skip_special_tokens),
         )
 
-    def copy(self) -> IncrementalDetokenizer:
-        twin = object.__new__(IncrementalDetokenizer)
-        twin.__dict__.update(self.__dict__)
-        twin.ids = list(self.ids)
-        return twin
+
+def make_detokenizer(
+    tokenizer: Tokenizer,
+    prompt_ids: list[int],
+    skip_special_tokens: bool,
+    stop_strings: tuple[str, ...],
+    include_stop_str: bool,
+) -> IncrementalDetokenizer:
+    if tokenizer.decodes_bytes_only:
+        return ByteDetokenizer(tokenizer, skip_special_tokens, stop_strings, include_stop_str)
+    return WindowDetokenizer(tokenizer, prompt_ids, skip_special_tokens, stop_strings, include_stop_str)

@@ -3,6 +3,7 @@ chat template."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -30,8 +31,13 @@ class Tokenizer:
         self.special_tokens = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token")}
         self.eos_token_id = self._tok.token_to_id(self.special_tokens["eos_token"] or "")
         self.chat_template = _find_chat_template(folder, config)
-        self._byte_level = "ByteLevel" in json.dumps(json.loads(text).get("decoder"))
-        self._special = {t.content for t in self._tok.get_added_tokens_decoder().values()}
+        decoder = json.loads(text).get("decoder") or {}
+        self._byte_level = "ByteLevel" in json.dumps(decoder)
+        # Decoding is then the UTF-8 of the tokens' bytes joined, nothing more.
+        self.decodes_bytes_only = decoder.get("type") == "ByteLevel"
+        added = self._tok.get_added_tokens_decoder()
+        self._special = {t.content for t in added.values()}
+        self.special_ids = frozenset(i for i, t in added.items() if t.special)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         try:
@@ -53,6 +59,11 @@ class Tokenizer:
         if self._byte_level and piece not in self._special and all(c in _UNICODE_TO_BYTE for c in piece):
             return bytes(_UNICODE_TO_BYTE[c] for c in piece)
         return self.decode([token_id], skip_special_tokens=False).encode()
+
+    @functools.cached_property
+    def vocab_bytes(self) -> list[bytes]:
+        """Every token's bytes, by id: what incremental byte-level decoding looks up."""
+        return [self.token_bytes(i) for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
 
     def token_text(self, token_id: int) -> str:
         """A token as text; a partial character is spelled as its bytes, `bytes:\\xe6`, as OpenAI does."""

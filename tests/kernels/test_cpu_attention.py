@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from argosy.kernels.attention_backend import select_backend
-from argosy.kernels.cpu_attention import DISABLE_ENV, cpu_kernels
+from argosy.kernels.cpu_kernels import DISABLE_ENV, cpu_kernels
 from argosy.kernels.paged_attention import build_metadata, paged_attention
 from tests.kernels.paged_batch import paged_batch
 
@@ -21,6 +21,8 @@ SHAPES = [(0, 1), (40, 1), (17, 1), (0, 23), (130, 1), (5, 9), (63, 1), (255, 1)
         (4, 4, 32, 8, torch.float32),
         (8, 2, 128, 16, torch.float32),
         (6, 1, 64, 5, torch.bfloat16),
+        (8, 2, 128, 16, torch.bfloat16),
+        (4, 2, 96, 7, torch.bfloat16),  # no vector path for this head size: the generic loop
     ],
 )
 def test_the_cpu_decode_kernel_matches_the_reference(heads, kv_heads, head_dim, block_size, dtype):

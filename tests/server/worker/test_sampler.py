@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from argosy.kernels import cpu_kernels
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.worker.sampler import Sampler, greedy_tokens
@@ -105,13 +107,22 @@ def test_seeded_rows_ignore_their_neighbours():
     rows=st.integers(1, 9),
     vocab=st.sampled_from([2048, 3000, 4096, 5121, 49152]),
     levels=st.integers(2, 50),
-    dtype=st.sampled_from([torch.bfloat16, torch.float32]),
+    dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]),
     seed=st.integers(0, 2**16),
+    kernel=st.booleans(),
 )
-def test_greedy_tokens_are_the_first_maximum_of_each_row(rows, vocab, levels, dtype, seed):
+def test_greedy_tokens_are_the_first_maximum_of_each_row(rows, vocab, levels, dtype, seed, kernel):
+    """Through the C++ kernel and through its PyTorch twin (the path without a compiler)."""
+    assert cpu_kernels.cpu_kernels() is not None, "the kernels must build where the tests run"
     # Few distinct values make ties, the case where "first" matters.
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randint(0, levels, (rows, vocab), generator=g).to(dtype)
+    wide = torch.randint(-levels, levels, (rows, vocab + seed % 2), generator=g).to(dtype)
+    logits = wide[:, :vocab]  # rows further apart than their length, as a slice leaves them
     if seed % 3 == 0:
         logits[:, -1] = levels  # the maximum in the short last chunk
-    assert torch.equal(greedy_tokens(logits), logits.float().argmax(dim=-1))
+    if seed % 5 == 0:
+        logits[0] = float("-inf")  # every token banned: the first, as torch.argmax
+        logits[-1, 7 * vocab // 8 :] = float("-inf")
+    with mock.patch.object(cpu_kernels, "cpu_kernels", cpu_kernels.cpu_kernels if kernel else lambda: None):
+        tokens = greedy_tokens(logits)
+    assert torch.equal(tokens, logits.float().argmax(dim=-1))

@@ -1,6 +1,6 @@
-"""The CPU decode-attention kernel (cpu_attention.cpp), compiled on first use for this
-machine and cached by PyTorch (TORCH_EXTENSIONS_DIR). Where it cannot be built (no C++
-compiler), decodes take the pure-PyTorch path of paged_attention.py, with one warning."""
+"""The CPU kernels (cpu_*.cpp: decode attention, greedy argmax), compiled on first use for
+this machine into one extension cached by PyTorch (TORCH_EXTENSIONS_DIR). Where they cannot
+be built (no C++ compiler), their callers take the pure-PyTorch paths, with one warning."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from types import ModuleType
 import torch
 
 log = logging.getLogger("argosy.kernels")
-SOURCE = Path(__file__).with_name("cpu_attention.cpp")
+SOURCES = [Path(__file__).with_name(f"cpu_{name}.cpp") for name in ("attention", "argmax", "bindings")]
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
 
 
@@ -25,8 +25,8 @@ def cpu_kernels() -> ModuleType | None:
 
     try:
         return load(
-            "argosy_cpu_attention",
-            [str(SOURCE)],
+            "argosy_cpu_kernels",
+            [str(source) for source in SOURCES],
             # OpenMP as ATen's own parallel_for uses it (without it the loop runs on one thread);
             # libgomp.so.1 resolves to the copy torch has already loaded.
             extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
@@ -34,7 +34,7 @@ def cpu_kernels() -> ModuleType | None:
             verbose=False,
         )
     except Exception as exc:  # a missing compiler must not stop the engine
-        log.warning("the CPU attention kernel could not be built (%s); decodes use the PyTorch path", exc)
+        log.warning("the CPU kernels could not be built (%s); the PyTorch paths run instead", exc)
         return None
 
 
@@ -50,3 +50,8 @@ def paged_decode_attention(
 ) -> None:
     """Writes out[q_index] (out: [tokens, heads, head_dim]) for one query token per sequence."""
     cpu_kernels().paged_decode_attention(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out)
+
+
+def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's first maximum (int64), for logits [rows, vocab] with contiguous rows."""
+    return cpu_kernels().greedy_argmax(logits)
