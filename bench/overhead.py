@@ -2,12 +2,13 @@
 (detokenization and stop checks included), with the model's forward pass replaced by a no-op
 that returns logits of the right shape. What is left is what the host adds to every step.
 
-    python bench/overhead.py [--batches 1 16 64 256] [--steps 32] [--model PATH]
+    python bench/overhead.py [--batches 1 16 64 256] [--steps 32] [--repeats 3] [--model PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -19,17 +20,19 @@ PROMPT_LEN = 32
 
 
 def host_step_seconds(llm: LLM, batch: int, steps: int, kind: RequestOutputKind) -> float:
-    """Mean wall time of `steps` decode steps of `batch` sequences, after their prefill."""
+    """Median wall time of `steps` decode steps of `batch` sequences, after their prefill."""
     engine = llm.engine
     params = SamplingParams(temperature=0.0, max_tokens=steps + 8, ignore_eos=True, output_kind=kind)
     for i in range(batch):
         engine.add_request(f"b{batch}-{i}", [100 + (i + j) % 1000 for j in range(PROMPT_LEN)], params)
     while any(s.num_output_tokens == 0 for s in engine.core.scheduler.running) or engine.core.scheduler.waiting:
         engine.step()
-    start = time.perf_counter()
+    times = []
     for _ in range(steps):
+        start = time.perf_counter()
         engine.step()
-    seconds = (time.perf_counter() - start) / steps
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
     for request_id in list(engine.requests):
         engine.abort(request_id)
     return seconds
@@ -40,6 +43,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="checkpoint folder (default: the embedded model)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     llm = LLM(args.model, max_num_seqs=max(args.batches), enable_prefix_caching=False)
     vocab = llm.engine.core.model_config.vocab_size
@@ -51,8 +55,11 @@ def main() -> None:
     print("outputs as `LLM.generate` takes them (final only), and as a stream takes them (a delta every step)")
     print("| batch | µs per step | µs per sequence | µs per sequence, deltas |\n|--:|--:|--:|--:|")
     for batch in args.batches:
-        final = host_step_seconds(llm, batch, args.steps, RequestOutputKind.FINAL_ONLY)
-        delta = host_step_seconds(llm, batch, args.steps, RequestOutputKind.DELTA)
+        # The best of a few runs, as timeit reports: noise from this machine's neighbours only adds.
+        final = min(
+            host_step_seconds(llm, batch, args.steps, RequestOutputKind.FINAL_ONLY) for _ in range(args.repeats)
+        )
+        delta = min(host_step_seconds(llm, batch, args.steps, RequestOutputKind.DELTA) for _ in range(args.repeats))
         print(f"| {batch} | {final * 1e6:.0f} | {final * 1e6 / batch:.1f} | {delta * 1e6 / batch:.1f} |")
 
 

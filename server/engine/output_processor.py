@@ -34,10 +34,11 @@ class RequestState:
     seqs: dict[int, SequenceState] = field(default_factory=dict)
     metrics: RequestMetrics | None = None
     num_cached_tokens: int = 0
+    num_finished: int = 0  # sequences with a finish reason
 
     @property
     def finished(self) -> bool:
-        return len(self.seqs) == self.request.params.n and all(s.finish_reason for s in self.seqs.values())
+        return self.num_finished == self.request.params.n
 
 
 class OutputProcessor:
@@ -107,8 +108,10 @@ class OutputProcessor:
             seq.finish_reason, seq.stop_reason = "stop", stop_string
         elif out.finish_reason is not None:
             seq.finish_reason = out.finish_reason
-        if seq.finish_reason is not None and stop_string is None:
-            seq.detokenizer.flush()
+        if seq.finish_reason is not None:
+            state.num_finished += 1
+            if stop_string is None:
+                seq.detokenizer.flush()
         return stop_string is not None and out.finish_reason is None
 
     def _request_output(self, state: RequestState, finished: bool, kind: RequestOutputKind) -> RequestOutput:

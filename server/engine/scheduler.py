@@ -12,15 +12,17 @@ from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.sequence import Sequence, SequenceStatus
 
 
-@dataclass
 class ScheduledSequence:
-    seq: Sequence
-    num_new_tokens: int  # tokens computed this step, starting at seq.num_computed_tokens
+    __slots__ = ("completes", "num_new_tokens", "seq")
 
-    @property
-    def completes(self) -> bool:
-        """After this step every token of the sequence is in the cache: sample the next."""
-        return self.seq.num_computed_tokens + self.num_new_tokens == self.seq.num_tokens
+    def __init__(self, seq: Sequence, num_new_tokens: int):
+        self.seq = seq
+        self.num_new_tokens = num_new_tokens  # tokens computed this step, from seq.num_computed_tokens
+        # After this step every token of the sequence is in the cache: sample the next.
+        self.completes = seq.num_computed_tokens + num_new_tokens == len(seq.token_ids)
+
+    def __repr__(self) -> str:
+        return f"ScheduledSequence({self.seq!r}, {self.num_new_tokens})"
 
 
 @dataclass
@@ -51,10 +53,10 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
-        queue = list(self.running)
+        queue = deque(self.running)
         while queue and budget > 0:
-            seq = queue.pop(0)
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            seq = queue.popleft()
+            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
             while not self.kv.allocate(seq, num_new):
                 victim = queue.pop() if queue else seq
                 self._preempt(victim)
@@ -70,6 +72,8 @@ class Scheduler:
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
+        if not self.waiting:
+            return budget
         # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
         reserved = sum(seq.request.num_pending_forks for seq in self.running)
         while self.waiting and budget > 0:

@@ -11,12 +11,14 @@ def finish_reason(
 ) -> tuple[str | None, int | None]:
     """(finish_reason, stop_reason) after `token_id` was appended to `seq`; (None, None) while
     it goes on. eos and stop tokens count only once min_tokens are out."""
-    p = seq.params
-    may_stop = seq.num_output_tokens >= p.min_tokens
+    p = seq.request.params
+    num_tokens = len(seq.token_ids)
+    num_output = num_tokens - seq.num_prompt_tokens
+    may_stop = num_output >= p.min_tokens
     if may_stop and not p.ignore_eos and token_id in eos_token_ids:
         return "stop", None
     if may_stop and token_id in p.stop_token_ids:
         return "stop", token_id
-    if (p.max_tokens is not None and seq.num_output_tokens >= p.max_tokens) or seq.num_tokens >= max_model_len:
+    if (p.max_tokens is not None and num_output >= p.max_tokens) or num_tokens >= max_model_len:
         return "length", None
     return None, None

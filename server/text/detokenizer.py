@@ -69,17 +69,25 @@ class ByteDetokenizer(IncrementalDetokenizer):
         self, tokenizer: Tokenizer, skip_special_tokens: bool, stop_strings: tuple[str, ...], include_stop_str: bool
     ):
         super().__init__(stop_strings, include_stop_str)
-        self.vocab_bytes = tokenizer.vocab_bytes
+        self.vocab_bytes, self.vocab_text = tokenizer.vocab_bytes, tokenizer.vocab_text
         self.skipped = tokenizer.special_ids if skip_special_tokens else frozenset()
         # Invalid bytes become U+FFFD, one per maximal invalid subsequence, as the tokenizer's own decode.
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self.pending = False  # the decoder holds the first bytes of a character
 
     def _next_text(self, token_id: int) -> str:
         if token_id in self.skipped or token_id >= len(self.vocab_bytes):
             return ""  # as decode: skipped special tokens and ids outside the vocabulary vanish
-        return self.utf8.decode(self.vocab_bytes[token_id])
+        if not self.pending:
+            text = self.vocab_text[token_id]
+            if text is not None:  # whole characters, the common case: no decoder needed
+                return text
+        text = self.utf8.decode(self.vocab_bytes[token_id])
+        self.pending = bool(self.utf8.getstate()[0])
+        return text
 
     def _rest(self) -> str:
+        self.pending = False
         return self.utf8.decode(b"", final=True)
 
 

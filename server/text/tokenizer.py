@@ -65,6 +65,11 @@ class Tokenizer:
         """Every token's bytes, by id: what incremental byte-level decoding looks up."""
         return [self.token_bytes(i) for i in range(self._tok.get_vocab_size(with_added_tokens=True))]
 
+    @functools.cached_property
+    def vocab_text(self) -> list[str | None]:
+        """Every token's text, by id; None where its bytes are not whole characters."""
+        return [_whole_text(b) for b in self.vocab_bytes]
+
     def token_text(self, token_id: int) -> str:
         """A token as text; a partial character is spelled as its bytes, `bytes:\\xe6`, as OpenAI does."""
         raw = self.token_bytes(token_id)
@@ -106,6 +111,13 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 _UNICODE_TO_BYTE = _byte_level_alphabet()
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
+def _whole_text(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _token_text(value: Any) -> str | None:

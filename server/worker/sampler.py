@@ -27,15 +27,20 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
         """`logits` in the model's dtype: greedy rows take their argmax there (widening is
         exact, so the choice is the same), and only what needs arithmetic is widened to float32."""
+        want_logprobs, sampled, edited = [], [], False
+        for i, s in enumerate(seqs):  # one pass: this runs for every sequence at every step
+            p = s.params
+            want_logprobs.append(p.logprobs is not None)
+            if not p.greedy:
+                sampled.append(i)
+            edited = edited or p.has_penalties or (p.min_tokens and s.num_output_tokens < p.min_tokens)
         # Reported log-probabilities are those of the model itself, before any processing.
-        want_logprobs = [s.params.logprobs is not None for s in seqs]
         raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if any(want_logprobs) else None
-        if any(s.params.has_penalties or s.num_output_tokens < s.params.min_tokens for s in seqs):
+        if edited:
             logits = logits.to(torch.float32, copy=True)  # edited in place below; the caller's stays as it was
             _apply_penalties(logits, seqs)
             self._apply_min_tokens(logits, seqs)
         tokens = greedy_tokens(logits)
-        sampled = [i for i, s in enumerate(seqs) if not s.params.greedy]
         if sampled:
             rows = torch.tensor(sampled, device=logits.device)
             tokens[rows] = _sample(logits[rows].float(), [seqs[i] for i in sampled])
