@@ -1,7 +1,8 @@
 """The attention backends. The model calls one interface: `metadata` once per step (every layer
 reuses what it builds), `forward` once per layer (write the new K/V into the cache, then attend),
 `copy_blocks` for copy-on-write, and `kernels` for the norms, rotary and activation. `torch` is
-the PyTorch path (on CPU its decodes go to a C++ kernel that reads the cache in place; without
+the PyTorch path (on CPU its decodes go to a C++ kernel that reads the cache in place, and its
+bfloat16 norms, rotary and activation to C++ kernels too; without
 it, the pure-PyTorch reference); `triton` runs the Triton kernels
 (compiled on CUDA, interpreted on CPU). Triton is imported only when its backend is chosen."""
 
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 import torch
 
 from argosy.kernels import cpu_kernels, kv_cache_ops
+from argosy.kernels.cpu_elementwise import CPU_KERNELS
 from argosy.kernels.elementwise import TORCH_KERNELS, LayerKernels
 from argosy.kernels.paged_attention import AttentionMetadata, build_metadata, paged_attention
 
@@ -50,11 +52,12 @@ class AttentionBackend(Protocol):
 
 class TorchAttention:
     name = "torch"
-    kernels = TORCH_KERNELS
     captures_graphs = False  # the tile plan reads context lengths back to the host
 
     def __init__(self, cpu_decode: bool = False):
-        self.cpu_decode = cpu_decode  # decodes through the C++ kernel; else all through the reference
+        # Decodes and bfloat16 elementwise ops through the C++ kernels; else all through the reference.
+        self.cpu_decode = cpu_decode
+        self.kernels = CPU_KERNELS if cpu_decode else TORCH_KERNELS
 
     def metadata(self, batch: AttentionBatch) -> AttentionMetadata:
         return build_metadata(
@@ -67,7 +70,8 @@ class TorchAttention:
         )
 
     def forward(self, q, k, v, layer_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        kv_cache_ops.write_kv(k, v, layer_cache[0], layer_cache[1], meta.slot_mapping)
+        write_kv = cpu_kernels.write_kv if self.cpu_decode else kv_cache_ops.write_kv
+        write_kv(k, v, layer_cache[0], layer_cache[1], meta.slot_mapping)
         return paged_attention(q, layer_cache[0], layer_cache[1], meta, scale)
 
     def copy_blocks(self, kv_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:

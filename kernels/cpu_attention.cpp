@@ -94,10 +94,11 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
 }
 
 #if defined(__AVX512BF16__)
-// The same for bfloat16 on CPUs with AVX512-BF16: q . k in `dpbf16` (bfloat16 pairs multiplied
-// exactly, summed in float32), softmax in float32, and p * v in float32 after widening v. Each
-// of the group's query heads makes its own pass over the keys and values, so its accumulators
-// stay in registers; the passes after the first read them from the core's cache.
+// The same for bfloat16 on CPUs with AVX512-BF16, one task per sequence: each cache row (every KV
+// head of one token, contiguous) is read once, in order, for all the query heads; q . k in
+// `dpbf16` (bfloat16 pairs multiplied exactly, summed in float32), softmax in float32, p * v in
+// float32 after widening v. Reading whole rows in order lets the hardware prefetcher stream the
+// blocks, which is what bounds this kernel once the cache outgrows the processor's caches.
 template <int64_t D>
 void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                  const at::Tensor& q_index, const at::Tensor& block_tables, const at::Tensor& seq_lens,
@@ -116,46 +117,58 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
   const float fscale = static_cast<float>(scale);
-
-  at::parallel_for(0, num_seqs * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t seq = task / kv_heads, head = task % kv_heads, len = lens[seq];
+  at::parallel_for(0, num_seqs, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, inv(num_heads);
+    std::vector<__m512> acc(num_heads * kFloats);  // each query head's output, in float32
+    for (int64_t seq = begin; seq < end; ++seq) {
+      const int64_t len = lens[seq];
       const int64_t* table = tables + seq * max_blocks;
-      scores.resize(len);
-      // Calls visit(t, slot) for every cached token of the sequence, with its row in `cache`.
+      scores.resize(num_heads * len);
+      const uint16_t* q_row = qp + rows[seq] * num_heads * D;
       auto for_each_slot = [&](const uint16_t* cache, auto visit) {
         for (int64_t first = 0, b = 0; first < len; first += block_size, ++b) {
-          const uint16_t* slot = cache + table[b] * block_stride + head * D;
+          const uint16_t* slot = cache + table[b] * block_stride;
           const int64_t last = std::min(len, first + block_size);
           for (int64_t t = first; t < last; ++t, slot += token_stride) visit(t, slot);
         }
       };
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t q_offset = (rows[seq] * num_heads + head * group + g) * D;
-        __m512bh qv[kPairs];
-        for (int64_t i = 0; i < kPairs; ++i) qv[i] = (__m512bh)_mm512_loadu_si512(qp + q_offset + 32 * i);
-        for_each_slot(kp, [&](int64_t t, const uint16_t* k) {
-          __m512 acc = _mm512_setzero_ps();
-          for (int64_t i = 0; i < kPairs; ++i) acc = _mm512_dpbf16_ps(acc, qv[i], (__m512bh)_mm512_loadu_si512(k + 32 * i));
-          scores[t] = _mm512_reduce_add_ps(acc) * fscale;
-        });
-        const float inv = 1.f / exp_sum(scores.data(), len, *std::max_element(scores.data(), scores.data() + len));
-        __m512 acc[kFloats];
-        for (int64_t i = 0; i < kFloats; ++i) acc[i] = _mm512_setzero_ps();
-        for_each_slot(vp, [&](int64_t t, const uint16_t* v) {
-          const __m512 p = _mm512_set1_ps(scores[t]);
-          for (int64_t i = 0; i < kFloats; ++i) {
-            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16 * i));
-            const __m512 wide = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-            acc[i] = _mm512_fmadd_ps(p, wide, acc[i]);
+      for_each_slot(kp, [&](int64_t t, const uint16_t* krow) {
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          __m512bh kv[kPairs];
+          for (int64_t i = 0; i < kPairs; ++i) kv[i] = (__m512bh)_mm512_loadu_si512(krow + h * D + 32 * i);
+          for (int64_t g = 0; g < group; ++g) {
+            const uint16_t* qh = q_row + (h * group + g) * D;
+            __m512 a = _mm512_setzero_ps();
+            for (int64_t i = 0; i < kPairs; ++i) a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(qh + 32 * i), kv[i]);
+            scores[(h * group + g) * len + t] = _mm512_reduce_add_ps(a) * fscale;
           }
-        });
-        for (int64_t i = 0; i < kFloats; ++i) {
-          const __m256bh narrow = _mm512_cvtneps_pbh(_mm512_mul_ps(acc[i], _mm512_set1_ps(inv)));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + q_offset + 16 * i), (__m256i)narrow);
         }
+      });
+      for (int64_t hg = 0; hg < num_heads; ++hg) {
+        float* s = scores.data() + hg * len;
+        inv[hg] = 1.f / exp_sum(s, len, *std::max_element(s, s + len));
       }
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for_each_slot(vp, [&](int64_t t, const uint16_t* vrow) {
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          __m512 wide[kFloats];
+          for (int64_t i = 0; i < kFloats; ++i) {
+            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrow + h * D + 16 * i));
+            wide[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+          }
+          for (int64_t g = 0; g < group; ++g) {
+            const int64_t hg = h * group + g;
+            const __m512 p = _mm512_set1_ps(scores[hg * len + t]);
+            __m512* a = acc.data() + hg * kFloats;
+            for (int64_t i = 0; i < kFloats; ++i) a[i] = _mm512_fmadd_ps(p, wide[i], a[i]);
+          }
+        }
+      });
+      for (int64_t hg = 0; hg < num_heads; ++hg)
+        for (int64_t i = 0; i < kFloats; ++i) {
+          const __m256bh narrow = _mm512_cvtneps_pbh(_mm512_mul_ps(acc[hg * kFloats + i], _mm512_set1_ps(inv[hg])));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + (rows[seq] * num_heads + hg) * D + 16 * i), (__m256i)narrow);
+        }
     }
   });
 }

@@ -5,8 +5,19 @@ void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
                             const at::Tensor& q_index, const at::Tensor& block_tables,
                             const at::Tensor& seq_lens, double scale, at::Tensor& out);
 at::Tensor greedy_argmax(const at::Tensor& logits);
+std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                                 const c10::optional<at::Tensor>& residual);
+std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& cos, const at::Tensor& sin);
+at::Tensor silu_and_mul_bf16(const at::Tensor& x);
+void write_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+              const at::Tensor& slot_mapping);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (cpu_attention.cpp)");
   m.def("greedy_argmax", &greedy_argmax, "each row's first maximum (cpu_argmax.cpp)");
+  m.def("rms_norm_bf16", &rms_norm_bf16, "RMSNorm with the residual add (cpu_elementwise.cpp)");
+  m.def("rotary_bf16", &rotary_bf16, "rotary embedding (cpu_elementwise.cpp)");
+  m.def("silu_and_mul_bf16", &silu_and_mul_bf16, "SiLU-and-multiply (cpu_elementwise.cpp)");
+  m.def("write_kv", &write_kv, "new keys and values into the paged cache (cpu_kv_cache.cpp)");
 }

@@ -1,6 +1,7 @@
-"""The CPU kernels (cpu_*.cpp: decode attention, greedy argmax), compiled on first use for
-this machine into one extension cached by PyTorch (TORCH_EXTENSIONS_DIR). Where they cannot
-be built (no C++ compiler), their callers take the pure-PyTorch paths, with one warning."""
+"""The CPU kernels (cpu_*.cpp: decode attention, greedy argmax, the bfloat16 elementwise ops,
+KV-cache writes), compiled on first use for this machine into one extension cached by PyTorch
+(TORCH_EXTENSIONS_DIR). Where they cannot be built (no C++ compiler), their callers take the
+pure-PyTorch paths, with one warning."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from types import ModuleType
 
 import torch
 
+from argosy.kernels import kv_cache_ops
+
 log = logging.getLogger("argosy.kernels")
-SOURCES = [Path(__file__).with_name(f"cpu_{name}.cpp") for name in ("attention", "argmax", "bindings")]
+SOURCES = [
+    Path(__file__).with_name(f"cpu_{name}.cpp")
+    for name in ("attention", "argmax", "elementwise", "kv_cache", "bindings")
+]
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
 
 
@@ -55,3 +61,14 @@ def paged_decode_attention(
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Each row's first maximum (int64), for logits [rows, vocab] with contiguous rows."""
     return cpu_kernels().greedy_argmax(logits)
+
+
+def write_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """As kv_cache_ops.write_kv, which serves the layouts and dtypes this does not."""
+    rows_contiguous = all(x.stride(2) == 1 and x.stride(1) == x.shape[2] for x in (k, v))
+    if rows_contiguous and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
+        cpu_kernels().write_kv(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        kv_cache_ops.write_kv(k, v, k_cache, v_cache, slot_mapping)
