@@ -10,6 +10,10 @@
 #include <cstring>
 #include <tuple>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
 inline float widen(uint16_t bits) {
@@ -28,6 +32,38 @@ inline uint16_t narrow(float f) {
 }
 
 inline float round_bf16(float f) { return widen(narrow(f)); }
+
+#if defined(__AVX512F__)
+// The same, 16 at a time.
+inline __m512 load16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+inline __m512 round16(__m512 f) {  // to the nearest bfloat16, still as float32
+  const __m512i u = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+inline void store16(uint16_t* p, __m512 rounded) {  // rounded: what round16 gave
+  const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(rounded), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(top));
+}
+
+// e^x to about 1e-7 relative: 2^n * 2^f with |f| <= 1/2, 2^f by its Taylor polynomial of degree 6.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
+  const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.4426950409f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.540353e-4f);
+  for (const float c : {1.3333558e-3f, 9.6181291e-3f, 5.5504109e-2f, 0.24022651f, 0.69314718f, 1.f})
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
+  return _mm512_scalef_ps(p, n);
+}
+#endif
 
 const uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr()); }
 uint16_t* bits_out(at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr()); }
@@ -65,17 +101,33 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::
   at::parallel_for(0, rows, grain(width), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const uint16_t* row = xp + r * xs;
+      int64_t i = 0;
       if (rp) {  // h = x + residual, rounded as a bfloat16 add
         uint16_t* hrow = hp + r * width;
         const uint16_t* res = rp + r * rs;
-        for (int64_t i = 0; i < width; ++i) hrow[i] = narrow(widen(row[i]) + widen(res[i]));
+#if defined(__AVX512F__)
+        for (; i + 16 <= width; i += 16) store16(hrow + i, round16(_mm512_add_ps(load16(row + i), load16(res + i))));
+#endif
+        for (; i < width; ++i) hrow[i] = narrow(widen(row[i]) + widen(res[i]));
         row = hrow;
       }
       float squares = 0.f;
-      for (int64_t i = 0; i < width; ++i) squares += widen(row[i]) * widen(row[i]);
+      i = 0;
+#if defined(__AVX512F__)
+      __m512 sq = _mm512_setzero_ps();
+      for (; i + 16 <= width; i += 16) sq = _mm512_fmadd_ps(load16(row + i), load16(row + i), sq);
+      squares = _mm512_reduce_add_ps(sq);
+#endif
+      for (; i < width; ++i) squares += widen(row[i]) * widen(row[i]);
       const float inv = 1.f / std::sqrt(squares / static_cast<float>(width) + static_cast<float>(eps));
       uint16_t* orow = op + r * width;
-      for (int64_t i = 0; i < width; ++i) orow[i] = narrow(widen(wp[i]) * round_bf16(widen(row[i]) * inv));
+      i = 0;
+#if defined(__AVX512F__)
+      const __m512 vinv = _mm512_set1_ps(inv);
+      for (; i + 16 <= width; i += 16)
+        store16(orow + i, round16(_mm512_mul_ps(load16(wp + i), round16(_mm512_mul_ps(load16(row + i), vinv)))));
+#endif
+      for (; i < width; ++i) orow[i] = narrow(widen(wp[i]) * round_bf16(widen(row[i]) * inv));
     }
   });
   return {out, h};
@@ -101,7 +153,20 @@ std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, cons
       const uint16_t* in = bits(x) + t * x.stride(0) + head * x.stride(1);
       uint16_t* o = bits_out(y) + (t * y.size(1) + head) * dim;
       // x * cos + cat(-x2, x1) * sin, each product and the sum rounded, the tables first.
-      for (int64_t d = 0; d < dim; ++d) {
+      int64_t d = 0;
+#if defined(__AVX512F__)
+      if (half % 16 == 0) {
+        const __m512 sign = _mm512_set1_ps(-0.f);
+        for (; d < dim; d += 16) {
+          const __m512 other = load16(d < half ? in + d + half : in + d - half);
+          const __m512 rot = d < half ? _mm512_xor_ps(other, sign) : other;
+          const __m512 a = round16(_mm512_mul_ps(load16(in + d), round16(_mm512_loadu_ps(c + d))));
+          const __m512 b = round16(_mm512_mul_ps(rot, round16(_mm512_loadu_ps(s + d))));
+          store16(o + d, round16(_mm512_add_ps(a, b)));
+        }
+      }
+#endif
+      for (; d < dim; ++d) {
         const float rot = d < half ? -widen(in[d + half]) : widen(in[d - half]);
         o[d] = narrow(round_bf16(widen(in[d]) * round_bf16(c[d])) + round_bf16(rot * round_bf16(s[d])));
       }
@@ -126,7 +191,16 @@ at::Tensor silu_and_mul_bf16(const at::Tensor& x) {
       const uint16_t* gate = xp + r * xs;
       const uint16_t* up = gate + width;
       uint16_t* o = op + r * width;
-      for (int64_t i = 0; i < width; ++i) {
+      int64_t i = 0;
+#if defined(__AVX512F__)
+      for (; i + 16 <= width; i += 16) {
+        const __m512 g = load16(gate + i);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        const __m512 silu = round16(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)));
+        store16(o + i, round16(_mm512_mul_ps(silu, load16(up + i))));
+      }
+#endif
+      for (; i < width; ++i) {
         const float g = widen(gate[i]);
         o[i] = narrow(round_bf16(g / (1.f + std::exp(-g))) * widen(up[i]));
       }

@@ -10,15 +10,15 @@ from argosy.kernels import cpu_kernels, elementwise
 from argosy.kernels.elementwise import LayerKernels
 
 
-def _bf16_rows(*tensors: torch.Tensor) -> bool:
-    return all(t.dtype == torch.bfloat16 and t.dim() == 2 and t.stride(1) == 1 for t in tensors)
+def _bf16_rows(t: torch.Tensor) -> bool:
+    return t.dtype == torch.bfloat16 and t.dim() == 2 and t.stride(1) == 1
 
 
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    rows = (x,) if residual is None else (x, residual)
-    if not (_bf16_rows(*rows) and weight.dtype == torch.bfloat16):
+    fits = _bf16_rows(x) and weight.dtype == torch.bfloat16 and (residual is None or _bf16_rows(residual))
+    if not fits:
         return elementwise.rms_norm(x, weight, eps, residual)
     out, h = cpu_kernels.cpu_kernels().rms_norm_bf16(x, weight, eps, residual)
     return out if residual is None else (out, h)

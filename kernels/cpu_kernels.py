@@ -67,8 +67,8 @@ def write_kv(
     k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
     """As kv_cache_ops.write_kv, which serves the layouts and dtypes this does not."""
-    rows_contiguous = all(x.stride(2) == 1 and x.stride(1) == x.shape[2] for x in (k, v))
-    if rows_contiguous and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
+    heads_contiguous = k.stride(2) == v.stride(2) == 1 and k.stride(1) == v.stride(1) == k.shape[2]
+    if heads_contiguous and k.dtype == v.dtype == k_cache.dtype == v_cache.dtype:
         cpu_kernels().write_kv(k, v, k_cache, v_cache, slot_mapping)
     else:
         kv_cache_ops.write_kv(k, v, k_cache, v_cache, slot_mapping)

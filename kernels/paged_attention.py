@@ -117,6 +117,8 @@ def paged_attention(
         cpu_kernels.paged_decode_attention(
             q.contiguous(), k_cache, v_cache, d.q_index, d.block_tables, d.seq_lens, scale, out.view(q.shape)
         )
+    if not meta.tiles:  # decodes only
+        return out
     k_flat = k_cache.flatten(0, 1)
     v_flat = v_cache.flatten(0, 1)
     for tiles in meta.tiles:

@@ -26,6 +26,8 @@ class PackedLinear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the engine's flattened batch
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
         rows = x.reshape(-1, self.in_features)
         out = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
