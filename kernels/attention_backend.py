@@ -67,12 +67,13 @@ class TorchAttention:
             batch.block_tables,
             batch.block_size,
             self.cpu_decode,
+            direct_prefill=True,
         )
 
     def forward(self, q, k, v, layer_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         write_kv = cpu_kernels.write_kv if self.cpu_decode else kv_cache_ops.write_kv
         write_kv(k, v, layer_cache[0], layer_cache[1], meta.slot_mapping)
-        return paged_attention(q, layer_cache[0], layer_cache[1], meta, scale)
+        return paged_attention(q, layer_cache[0], layer_cache[1], meta, scale, k, v)
 
     def copy_blocks(self, kv_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
         kv_cache_ops.copy_blocks(kv_cache, src, dst)

@@ -15,7 +15,7 @@ reads the cache in place; the tiles here stay the reference it is tested against
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,6 +52,9 @@ class AttentionMetadata:
     block_size: int
     tiles: list[AttentionTiles]
     decodes: DecodeRows | None = None  # set when the CPU kernel attends the decodes
+    # (first token, length) of each prompt chunk with nothing before it in the cache: its keys
+    # are its own new ones, so it is attended directly, causally, without a gather.
+    fresh_prefills: list[tuple[int, int]] = field(default_factory=list)
 
 
 def build_metadata(
@@ -61,11 +64,18 @@ def build_metadata(
     block_tables: torch.Tensor,
     block_size: int,
     cpu_decode: bool = False,
+    direct_prefill: bool = False,
 ) -> AttentionMetadata:
     q_lens = query_start_loc[1:] - query_start_loc[:-1]
-    tiles, decodes = [], None
+    tiles, decodes, fresh = [], None, []
+    tiled_prefill = q_lens > 1
+    if direct_prefill:
+        is_fresh = tiled_prefill & (seq_lens == q_lens)
+        fresh_idx = is_fresh.nonzero().flatten()
+        fresh = list(zip(query_start_loc[fresh_idx].tolist(), q_lens[fresh_idx].tolist()))
+        tiled_prefill &= ~is_fresh
     for decode in (True, False):  # tiles of one query for decodes, of up to PREFILL_TILE for prefills
-        idx = (q_lens == 1 if decode else q_lens > 1).nonzero().flatten()
+        idx = (q_lens == 1 if decode else tiled_prefill).nonzero().flatten()
         if idx.numel() and decode and cpu_decode:
             decodes = DecodeRows(query_start_loc[idx], block_tables[idx].contiguous(), seq_lens[idx])
         elif idx.numel():
@@ -73,7 +83,7 @@ def build_metadata(
             tiles.append(
                 _plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx], block_tables[idx], block_size, tile_size)
             )
-    return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles, decodes)
+    return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles, decodes, fresh)
 
 
 def _plan_tiles(
@@ -106,10 +116,17 @@ def _next_pow2(n: int) -> int:
 
 
 def paged_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata, scale: float
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    k: torch.Tensor | None = None,
+    v: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q: [tokens, heads, head_dim]; caches: [blocks, block_size, kv_heads, head_dim].
-    Returns [tokens, heads * head_dim]. The new tokens' K/V must already be in the cache."""
+    Returns [tokens, heads * head_dim]. The new tokens' K/V must already be in the cache; k, v
+    ([tokens, kv_heads, head_dim], the same new K/V) are needed when meta has fresh prefills."""
     num_tokens, num_heads, head_dim = q.shape
     out = q.new_empty(num_tokens, num_heads * head_dim)
     if meta.decodes is not None:
@@ -117,7 +134,19 @@ def paged_attention(
         cpu_kernels.paged_decode_attention(
             q.contiguous(), k_cache, v_cache, d.q_index, d.block_tables, d.seq_lens, scale, out.view(q.shape)
         )
-    if not meta.tiles:  # decodes only
+    for start, length in meta.fresh_prefills:
+        rows = slice(start, start + length)
+        # [1, heads, tokens, head_dim]: with the batch dimension PyTorch takes its fused CPU kernel.
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q[rows].transpose(0, 1)[None],
+            k[rows].transpose(0, 1)[None],
+            v[rows].transpose(0, 1)[None],
+            is_causal=True,
+            scale=scale,
+            enable_gqa=True,
+        )
+        out[rows] = o[0].transpose(0, 1).reshape(length, num_heads * head_dim)
+    if not meta.tiles:
         return out
     k_flat = k_cache.flatten(0, 1)
     v_flat = v_cache.flatten(0, 1)

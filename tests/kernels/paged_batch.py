@@ -22,6 +22,8 @@ class PagedBatch:
     block_tables: torch.Tensor
     q_lens: list[int]
     expected: torch.Tensor  # [tokens, heads * head_dim], float32
+    k: torch.Tensor  # [tokens, kv_heads, head_dim]: the new tokens' keys (already in the cache)
+    v: torch.Tensor
 
 
 def paged_batch(shapes, heads, kv_heads, head_dim, block_size, dtype, num_blocks=128) -> PagedBatch:
@@ -29,7 +31,7 @@ def paged_batch(shapes, heads, kv_heads, head_dim, block_size, dtype, num_blocks
     k_cache = torch.zeros(num_blocks, block_size, kv_heads, head_dim, dtype=dtype)
     v_cache = torch.zeros_like(k_cache)
     free = torch.randperm(num_blocks).tolist()
-    tables, qs, expected, slots = [], [], [], []
+    tables, qs, expected, slots, new_k, new_v = [], [], [], [], [], []
     for cached, new in shapes:
         total = cached + new
         table = [free.pop() for _ in range(-(-total // block_size))]
@@ -39,6 +41,8 @@ def paged_batch(shapes, heads, kv_heads, head_dim, block_size, dtype, num_blocks
         seq_slots = torch.tensor([table[p // block_size] * block_size + p % block_size for p in range(total)])
         write_kv(k, v, k_cache, v_cache, seq_slots)
         slots.append(seq_slots[cached:])
+        new_k.append(k[cached:])
+        new_v.append(v[cached:])
         q = torch.randn(new, heads, head_dim, dtype=dtype)
         qs.append(q)
         expected.append(naive_attention(q, k, v, cached, head_dim**-0.5))
@@ -54,6 +58,8 @@ def paged_batch(shapes, heads, kv_heads, head_dim, block_size, dtype, num_blocks
         block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
         q_lens=q_lens,
         expected=torch.cat(expected),
+        k=torch.cat(new_k),
+        v=torch.cat(new_v),
     )
 
 
