@@ -104,7 +104,7 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
                  const at::Tensor& q_index, const at::Tensor& block_tables, const at::Tensor& seq_lens,
                  double scale, at::Tensor& out) {
   static_assert(D % 32 == 0, "whole vectors of bfloat16 pairs");
-  constexpr int64_t kPairs = D / 32, kFloats = D / 16;
+  constexpr int64_t kPairs = D / 32, kFloats = D / 16, kAhead = 4;
   const int64_t num_seqs = q_index.size(0), num_heads = q.size(1);
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
   const int64_t group = num_heads / kv_heads, max_blocks = block_tables.size(1);
@@ -125,11 +125,23 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
       const int64_t* table = tables + seq * max_blocks;
       scores.resize(num_heads * len);
       const uint16_t* q_row = qp + rows[seq] * num_heads * D;
+      // Rows a few slots ahead are fetched early: across a jump to the next block, which the
+      // hardware prefetcher cannot foresee, this keeps the stream going.
       auto for_each_slot = [&](const uint16_t* cache, auto visit) {
         for (int64_t first = 0, b = 0; first < len; first += block_size, ++b) {
           const uint16_t* slot = cache + table[b] * block_stride;
+          const uint16_t* next = first + block_size < len ? cache + table[b + 1] * block_stride : nullptr;
           const int64_t last = std::min(len, first + block_size);
-          for (int64_t t = first; t < last; ++t, slot += token_stride) visit(t, slot);
+          for (int64_t t = first; t < last; ++t, slot += token_stride) {
+            const int64_t ahead = t - first + kAhead;
+            const uint16_t* row = ahead < block_size ? slot + kAhead * token_stride
+                                  : next            ? next + (ahead - block_size) * token_stride
+                                                    : nullptr;
+            if (row)
+              for (int64_t byte = 0; byte < 2 * token_stride; byte += 64)
+                _mm_prefetch(reinterpret_cast<const char*>(row) + byte, _MM_HINT_T0);
+            visit(t, slot);
+          }
         }
       };
       for_each_slot(kp, [&](int64_t t, const uint16_t* krow) {
