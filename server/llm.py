@@ -59,6 +59,10 @@ class LLM:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
+    def reset_prefix_cache(self) -> bool:
+        """Forgets every cached prompt block, as vLLM's; False while requests are in flight."""
+        return self.engine.core.reset_prefix_cache()
+
     def _run(self, prompts: list[str | list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
         ids = []
         try:

@@ -80,5 +80,14 @@ class BlockPool:
         self.blocks[block_id].block_hash = block_hash
         self._cached.setdefault(block_hash, block_id)
 
+    def reset_cache(self) -> bool:
+        """Forgets every cached block; False, changing nothing, while any block is in use."""
+        if len(self._free) != len(self.blocks):
+            return False
+        for block in self.blocks:
+            block.block_hash = None
+        self._cached.clear()
+        return True
+
     def ref_count(self, block_id: int) -> int:
         return self.blocks[block_id].ref_count

@@ -113,6 +113,10 @@ class EngineCore:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def reset_prefix_cache(self) -> bool:
+        """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
+        return self.kv.pool.reset_cache()
+
     def num_requests(self) -> tuple[int, int]:
         """(waiting, running) in requests, not sequences: a request with a sequence waiting
         (a new one, or preempted) counts as waiting."""

@@ -21,6 +21,19 @@ def test_repeated_prompt_hits_the_cache_and_gives_the_same_output(llama_checkpoi
     assert second.outputs[0].token_ids == first.outputs[0].token_ids
 
 
+def test_reset_prefix_cache_forgets_the_blocks_but_not_while_requests_run(llama_checkpoint):
+    llm = tiny_llm(llama_checkpoint)
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    first = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
+    llm.engine.add_request("running", PROMPT, params)
+    llm.engine.step()
+    assert llm.reset_prefix_cache() is False  # blocks in use: nothing changes
+    llm.engine.abort("running")
+    assert llm.reset_prefix_cache() is True
+    again = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
+    assert again.num_cached_tokens == 0 and again.outputs[0].token_ids == first.outputs[0].token_ids
+
+
 def test_prefix_caching_off_never_hits(llama_checkpoint):
     llm = tiny_llm(llama_checkpoint, enable_prefix_caching=False)
     params = SamplingParams(temperature=0.0, max_tokens=4)
