@@ -30,7 +30,7 @@ RUN pip install . \
 
 FROM python:${PYTHON_VERSION}-slim
 # Triton compiles a small C launcher for its kernels the first time each runs, so the GPU path
-# needs a C compiler at run time; on CPU nodes the C++ decode-attention kernel is compiled for
+# needs a C compiler at run time; on CPU nodes the C++ kernels (kernels/cpu_*.cpp) are compiled for
 # the node's own CPU on first start (never here: it is built with -march=native).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc g++ libc6-dev \
