@@ -45,6 +45,7 @@ class OutputProcessor:
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
         self.requests: dict[str, RequestState] = {}
+        tokenizer.load_vocab_tables()  # now, rather than on the first request
 
     def add(self, request: NewRequest) -> None:
         self.requests[request.request_id] = RequestState(request, metrics=RequestMetrics(request.arrival_time))
