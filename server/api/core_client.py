@@ -63,6 +63,8 @@ class CoreClient:
             message = await self._next_message(exited)
         finally:
             exited.cancel()
+            # Connected sockets outlive their files: removed now, no exit can leave them behind.
+            shutil.rmtree(self._folder, ignore_errors=True)
         if message is None:
             raise CoreStartError(f"the engine core exited with code {self.process.returncode}", 1)
         if isinstance(message, protocol.CoreFailed):

@@ -34,6 +34,10 @@ def test_a_killed_core_fails_every_request_at_once_and_the_server_exits_non_zero
     body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 500, "ignore_eos": True}
     with serve_process(llama_checkpoint) as server:
         [core] = children(server.popen.pid)
+        args = Path(f"/proc/{core}/cmdline").read_text().split("\0")
+        sockets = Path(args[args.index("--commands") + 1].removeprefix("ipc://")).parent
+        # Once the core is connected the socket files go: no exit, however abrupt, leaves them.
+        wait_until(lambda: not sockets.exists(), what="the socket folder removed")
         streamed: list[list[str]] = []
         answered: list[httpx.Response] = []
         started = threading.Event()
