@@ -66,9 +66,17 @@ def to_api_error(exc: Exception) -> APIError:
     return APIError(500, "internal server error", "internal_error")
 
 
+class ErrorJSONResponse(JSONResponse):
+    """Errors may echo what the client sent, lone surrogates included: written as \\u escapes,
+    every string is valid JSON (FastAPI's UTF-8 rendering would fail, and answer 500)."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 def error_response(exc: Exception) -> JSONResponse:
     err = to_api_error(exc)
-    return JSONResponse(
+    return ErrorJSONResponse(
         error_body(err.message, err.type, err.param, err.code), status_code=err.status, headers=err.headers
     )
 

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
-from fastapi.responses import JSONResponse
+import hmac
 
-from argosy.server.api.error_responses import error_body
+from argosy.server.api.error_responses import ErrorJSONResponse, error_body
+
+
+def bearer_token(authorization: bytes | None) -> bytes | None:
+    """The credentials of `Bearer <token>`; the scheme is case-insensitive (RFC 9110)."""
+    scheme, _, token = (authorization or b"").strip().partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
 
 
 class APIKeyCheck:
     """Answers 401 to a /v1/* request without `Authorization: Bearer <key>`; /health, /live
-    and /metrics stay open for probes and scrapers."""
+    and /metrics stay open for probes and scrapers. The key is compared in constant time."""
 
     def __init__(self, app, key: str):
-        self.app, self.expected = app, f"Bearer {key}".encode()
+        self.app, self.expected = app, key.encode()
+
+    def _allowed(self, scope) -> bool:
+        token = bearer_token(dict(scope.get("headers") or []).get(b"authorization"))
+        return token is not None and hmac.compare_digest(token, self.expected)
 
     async def __call__(self, scope, receive, send):
-        if (
-            scope["type"] == "http"
-            and scope["path"].startswith("/v1")
-            and dict(scope.get("headers") or []).get(b"authorization") != self.expected
-        ):
-            response = JSONResponse(
+        if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._allowed(scope):
+            response = ErrorJSONResponse(
                 error_body("invalid or missing API key", "authentication_error", code="invalid_api_key"),
                 status_code=401,
             )
@@ -60,7 +66,7 @@ class BodySizeLimit:
         await self.app(scope, limited_receive, guarded_send)
 
     async def _reject(self, send) -> None:
-        response = JSONResponse(
+        response = ErrorJSONResponse(
             error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error", code="request_too_large"),
             status_code=413,
         )

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import sys
 import time
 
 import uvicorn
@@ -19,9 +20,10 @@ from argosy.flags import add_flags, config_from_args
 from argosy.server.api.app import build_app
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.log_format import configure_logging
-from argosy.server.api.server_config import ServerConfig
+from argosy.server.api.server_config import ServerConfig, resolve_api_key
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.serve")
 ERROR_EVENT_SECONDS = 5.0
@@ -34,7 +36,9 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
 
 
 def server_config(args: argparse.Namespace) -> ServerConfig:
-    return config_from_args(ServerConfig, args, engine=config_from_args(EngineConfig, args))
+    config = config_from_args(ServerConfig, args, engine=config_from_args(EngineConfig, args))
+    config.api_key, config.api_key_file = resolve_api_key(config), None
+    return config
 
 
 class DrainingServer(uvicorn.Server):
@@ -83,7 +87,11 @@ async def _finished(client: EngineClient, timeout: float) -> bool:
 
 
 def serve(args: argparse.Namespace) -> int:
-    config = server_config(args)
+    try:
+        config = server_config(args)
+    except ArgosyError as exc:
+        print(f"argosy serve: {exc}", file=sys.stderr)
+        return 2
     configure_logging(config.log_format)
     app = build_app(config)
     state: ServerState = app.state.argosy

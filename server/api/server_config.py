@@ -4,10 +4,12 @@ and help, and the engine's own EngineConfig."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from argosy.flags import setting
 from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import ArgosyError
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME
 
 API_KEY_ENV = "ARGOSY_API_KEY"
@@ -19,6 +21,7 @@ class ServerConfig:
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(8000, "port to listen on (the API and /metrics)")
     api_key: str | None = setting(None, "bearer key required on /v1/*", env=API_KEY_ENV)
+    api_key_file: str | None = setting(None, "file holding the bearer key (a mounted Secret stays out of ps)")
     max_waiting_requests: int = setting(1024, "queued requests beyond which new ones get 503 + Retry-After")
     shutdown_timeout: float = setting(60.0, "seconds requests in flight may take to finish after SIGTERM")
     max_request_body_bytes: int = setting(8 << 20, "larger request bodies get 413")
@@ -27,3 +30,18 @@ class ServerConfig:
     @property
     def model_name(self) -> str:
         return self.engine.served_model_name or self.engine.model or DEFAULT_MODEL_NAME
+
+
+def resolve_api_key(config: ServerConfig) -> str | None:
+    """The key from --api-key (or ARGOSY_API_KEY), or read from --api-key-file; not both."""
+    if config.api_key_file is None:
+        return config.api_key
+    if config.api_key:
+        raise ArgosyError("give --api-key (or ARGOSY_API_KEY) or --api-key-file, not both")
+    try:
+        key = Path(config.api_key_file).read_text().strip()
+    except OSError as exc:
+        raise ArgosyError(f"--api-key-file {config.api_key_file}: {exc.strerror or exc}") from exc
+    if not key:
+        raise ArgosyError(f"--api-key-file {config.api_key_file}: the file is empty")
+    return key

@@ -56,7 +56,9 @@ CASES = [
     ("/v1/chat/completions", {**OK_CHAT, "max_completion_tokens": 0}, 400, "invalid_request_error", "max_tokens"),
     ("/v1/completions", {**OK_COMPLETION, "seed": 2**64}, 400, "invalid_request_error", "seed"),
     ("/v1/completions", {**OK_COMPLETION, "top_k": 2**63}, 400, "invalid_request_error", "top_k"),
-    # Lone surrogates, as JSON escapes can carry them.
+    # Lone surrogates, as JSON escapes can carry them; the 404 echoes the model name back.
+    ("/v1/completions", b'{"model": "\\ud800", "prompt": "x"}', 404, "invalid_request_error", "model"),
+    ("/v1/chat/completions", b'{"model": "a\\udfffb", "messages": []}', 404, "invalid_request_error", "model"),
     ("/v1/completions", b'{"model": "tiny", "prompt": "bad \\ud800 text"}', 400, "invalid_request_error", "prompt"),
     (
         "/v1/chat/completions",
@@ -115,7 +117,11 @@ def test_api_key_guards_v1_but_not_health_live_or_metrics(llama_checkpoint):
     with run_server(llama_checkpoint, api_key="s3cret") as srv:
         denied = httpx.post(f"{srv.url}/v1/completions", json=OK_COMPLETION)
         assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
-        assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        for wrong in ("Bearer wrong", "Bearer s3cre", "Bearer s3cret2", "Basic s3cret", "s3cret", "Bearer", ""):
+            assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": wrong}).status_code == 401, wrong
+        for scheme in ("bearer", "BEARER", "Bearer"):  # case-insensitive, as RFC 9110 has it
+            headers = {"Authorization": f"{scheme}  s3cret"}
+            assert httpx.get(f"{srv.url}/v1/models", headers=headers).status_code == 200, scheme
         assert httpx.get(f"{srv.url}/health").status_code == 200
         assert httpx.get(f"{srv.url}/live").status_code == 200
         assert httpx.get(f"{srv.url}/metrics").status_code == 200
