@@ -78,11 +78,13 @@ class Generation:
                 remaining -= item.finished
                 yield index, item
         finally:
+            # Everything that must happen before the first await: when the client has gone, the
+            # server cancels this stream's scope, and every await in it raises again at once.
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             self.close()
             self._log(error)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def finals(self) -> list[RequestOutput]:
         async for _ in self.outputs():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.polling import wait_until
 from tests.processes import MODEL
 from tests.server.api.servers import run_server
 
@@ -137,6 +138,24 @@ def test_one_access_log_line_per_request(server, caplog):
     assert fields["request_id"].startswith("cmpl-") and fields["generated_tokens"] == 3
     assert fields["prompt_tokens"] > 0 and fields["finish_reason"] == "length"
     assert 0 < fields["ttft_s"] <= fields["total_s"]
+
+
+def test_a_stream_dropped_by_its_client_leaves_one_access_log_line(server, caplog):
+    body = {**OK_COMPLETION, "max_tokens": 400, "ignore_eos": True, "stream": True}
+    with caplog.at_level("INFO", logger="argosy.access"):
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=30) as response:
+            next(line for line in response.iter_lines() if line.startswith("data: "))
+        # The connection is closed here, mid-stream.
+        wait_until(lambda: [r for r in caplog.records if r.name == "argosy.access"], what="the dropped stream's line")
+        httpx.post(f"{server.url}/v1/completions", json={**OK_COMPLETION, "max_tokens": 1})
+        later = wait_until(
+            lambda: [r for r in caplog.records if r.name == "argosy.access" and r.fields["finish_reason"] == "length"],
+            what="the later request's line",
+        )
+    lines = [r for r in caplog.records if r.name == "argosy.access"]
+    assert len(later) == 1 and len(lines) == 2
+    (dropped,) = [r for r in lines if r is not later[0]]
+    assert dropped.fields["finish_reason"] == "abort" and dropped.fields["generated_tokens"] < 400
 
 
 def test_null_optional_fields_mean_their_defaults(server):
