@@ -135,13 +135,21 @@ class EngineClient:
             stream.put_nowait(error)
 
     async def run(self) -> None:
-        """Delivers the core's outputs until its process ends (then fails what is in flight)."""
-        async for message in self.core.messages():
-            self._on_message(message)
-        if not self._stopped:
+        """Delivers the core's outputs until its process ends, or until delivering them fails;
+        either way what is in flight then fails, and the server is to exit."""
+        try:
+            async for message in self.core.messages():
+                self._on_message(message)
+        except Exception as exc:  # output processing, a stream, a metric: nothing may hang
+            log.exception("delivering the engine's outputs failed")
+            self.dead = f"the engine loop failed: {type(exc).__name__}: {exc}"
+            self.core.process.kill()
+        else:
+            if self._stopped:
+                return
             self.dead = f"the engine core process exited with code {self.core.process.returncode}"
             log.error(self.dead)
-            self._end_all(EngineDeadError(self.dead))
+        self._end_all(EngineDeadError(self.dead))
 
     def _on_message(self, message: protocol.EngineCoreOutputs) -> None:
         now = time.monotonic()

@@ -15,6 +15,7 @@ import httpx
 
 from tests.polling import wait_until
 from tests.processes import MODEL, serve_process
+from tests.server.api.servers import run_server
 
 
 def children(pid: int) -> list[int]:
@@ -82,3 +83,22 @@ def test_the_core_exits_when_the_api_process_is_gone(llama_checkpoint):
         server.popen.kill()
         server.popen.wait(10)
         wait_until(lambda: not alive(core), 10, "the orphaned core to exit")
+
+
+def test_a_failure_delivering_outputs_fails_what_is_in_flight_and_the_server_exits(llama_checkpoint):
+    """Not only a failing step: whatever fails in the loop that delivers the core's outputs
+    (here a metrics callback), the requests in flight end with an error, the server reports
+    itself unhealthy and exits as for a dead core."""
+    with run_server(llama_checkpoint) as server:
+        core = server.state.client.core.process
+
+        def broken(*args):
+            raise RuntimeError("a metrics callback broke")
+
+        server.state.metrics.observe_step = broken
+        body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 50}
+        answered = httpx.post(f"{server.url}/v1/completions", json=body, timeout=10)
+        assert answered.status_code == 500 and "engine loop failed" in answered.json()["error"]["message"]
+        assert server.state.exit_code == 70
+        wait_until(lambda: core.poll() is not None, what="the core process gone")
+        wait_until(lambda: not server.thread.is_alive(), what="the server to exit")
