@@ -18,6 +18,7 @@ from argosy.server.api.generation import (
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, top_k, usage
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import Logprob
 
 
@@ -28,8 +29,14 @@ async def create_chat_completion(
     params = body.to_sampling_params()
     request_id = new_request_id(http, "chatcmpl")
     tokenizer = client.tokenizer
-    prompt = tokenizer.encode_chat(body.messages, body.add_generation_prompt is not False)
-    gen = Generation(client, request_id, [client.make_request(engine_request_id(request_id), prompt, params)])
+    try:
+        prompt = tokenizer.encode_chat(body.messages, body.add_generation_prompt is not False)
+        request = client.make_request(engine_request_id(request_id), prompt, params)
+    except InvalidRequestError as exc:  # the prompt a chat call has is its messages
+        if exc.param == "prompt":
+            exc.param = "messages"
+        raise
+    gen = Generation(client, request_id, [request])
     base = {"id": request_id, "created": gen.created, "model": state.model_name}
     k = body.top_logprobs or 0
 

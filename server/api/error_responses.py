@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -81,6 +82,16 @@ def error_response(exc: Exception) -> JSONResponse:
     )
 
 
+# pydantic names each member of a union it tried (`prompt.str`, `prompt.list[int].0`): not fields.
+_UNION_MEMBER = re.compile(r"(str|int|float|bool|list|dict)(\[.*\])?|function-.*")
+
+
+def field_path(loc: tuple) -> str:
+    """A validation error's location as the field's name: `messages.0.role`, `prompt`."""
+    parts = [str(p) for p in loc if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.fullmatch(p))]
+    return ".".join(parts)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -89,8 +100,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(
                 APIError(400, f"invalid JSON body: {first.get('ctx', {}).get('error', '')}", "invalid_request_error")
             )
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
+        param = field_path(first.get("loc", ())) or None
         message = f"{param}: {first.get('msg')}" if param else str(first.get("msg", "invalid request body"))
         return error_response(APIError(400, message, "invalid_request_error", param))
 

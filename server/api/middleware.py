@@ -1,4 +1,5 @@
-"""ASGI middleware in front of every route: the API key on /v1/*, and the body-size limit."""
+"""ASGI middleware in front of every route: the API key on /v1/*, JSON bodies on /v1/*, and
+the body-size limit."""
 
 from __future__ import annotations
 
@@ -31,6 +32,29 @@ class APIKeyCheck:
                 status_code=401,
             )
             return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+class JSONBodies:
+    """Answers 415 to a POST on /v1/* whose Content-Type is not JSON (or is missing), rather
+    than guessing what the body is."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/v1"):
+            content_type = dict(scope.get("headers") or []).get(b"content-type", b"")
+            if content_type.split(b";")[0].strip().lower() != b"application/json":
+                response = ErrorJSONResponse(
+                    error_body(
+                        "the request body must be JSON (Content-Type: application/json)",
+                        "invalid_request_error",
+                        code="unsupported_media_type",
+                    ),
+                    status_code=415,
+                )
+                return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
 

@@ -13,13 +13,16 @@ from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     include_usage: bool = False
 
 
 class SamplingFields(BaseModel):
-    """Fields both endpoints share."""
+    """Fields both endpoints share. Strict types, as JSON has them: `true` is no number, `1` no
+    boolean, `"2"` neither (an integer still counts as a float)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str
     # OpenAI accepts null for every optional field: None means the default.
@@ -110,5 +113,13 @@ class ChatCompletionRequest(SamplingFields):
             raise InvalidRequestError("only the text response_format is supported", param="response_format")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
-        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        return self.sampling_params(max_tokens, (self.top_logprobs or 0) if self.logprobs else None)
+        given = self.max_completion_tokens is not None
+        try:
+            return self.sampling_params(
+                self.max_completion_tokens if given else self.max_tokens,
+                (self.top_logprobs or 0) if self.logprobs else None,
+            )
+        except InvalidRequestError as exc:  # name the field the client actually sent
+            if given and exc.param == "max_tokens":
+                exc.param = "max_completion_tokens"
+            raise

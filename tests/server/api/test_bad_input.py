@@ -54,7 +54,27 @@ CASES = [
     ("/v1/chat/completions", {**OK_CHAT, "messages": "hello"}, 400, "invalid_request_error", "messages"),
     ("/v1/chat/completions", {**OK_CHAT, "top_logprobs": 3}, 400, "invalid_request_error", "top_logprobs"),
     ("/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function"}]}, 400, "invalid_request_error", "tools"),
-    ("/v1/chat/completions", {**OK_CHAT, "max_completion_tokens": 0}, 400, "invalid_request_error", "max_tokens"),
+    (
+        "/v1/chat/completions",
+        {**OK_CHAT, "max_completion_tokens": -5},
+        400,
+        "invalid_request_error",
+        "max_completion_tokens",
+    ),
+    ("/v1/chat/completions", {**OK_CHAT, "max_tokens": 0}, 400, "invalid_request_error", "max_tokens"),
+    # Strict types: no number is a boolean, no boolean a number, no string either.
+    ("/v1/completions", {**OK_COMPLETION, "prompt": [[False]]}, 400, "invalid_request_error", "prompt"),
+    ("/v1/completions", {**OK_COMPLETION, "prompt": [1.5]}, 400, "invalid_request_error", "prompt"),
+    ("/v1/completions", {**OK_COMPLETION, "logprobs": True}, 400, "invalid_request_error", "logprobs"),
+    ("/v1/completions", {**OK_COMPLETION, "max_tokens": "8"}, 400, "invalid_request_error", "max_tokens"),
+    ("/v1/completions", {**OK_COMPLETION, "ignore_eos": 1}, 400, "invalid_request_error", "ignore_eos"),
+    (
+        "/v1/completions",
+        {**OK_COMPLETION, "stream": True, "stream_options": {"include_usage": "yes"}},
+        400,
+        "invalid_request_error",
+        "stream_options.include_usage",
+    ),
     ("/v1/completions", {**OK_COMPLETION, "seed": 2**64}, 400, "invalid_request_error", "seed"),
     ("/v1/completions", {**OK_COMPLETION, "top_k": 2**63}, 400, "invalid_request_error", "top_k"),
     # Lone surrogates, as JSON escapes can carry them; the 404 echoes the model name back.
@@ -66,7 +86,7 @@ CASES = [
         b'{"model": "tiny", "messages": [{"role": "user", "content": "\\udfff"}]}',
         400,
         "invalid_request_error",
-        "prompt",
+        "messages",
     ),
     (
         "/v1/chat/completions",
@@ -93,6 +113,17 @@ def test_bad_request(server, path, body, status, kind, param):
     assert error["type"] == kind and error["param"] == param
     stats = server.engine.stats()
     assert (stats.num_running, stats.num_waiting, stats.kv_blocks_used) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "headers", [{}, {"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"}]
+)
+def test_a_body_that_is_not_declared_json_gets_415(server, headers):
+    body = b'{"model": "tiny", "prompt": "hi"}'
+    response = httpx.post(f"{server.url}/v1/completions", content=body, headers=headers)
+    assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
+    declared = {"content-type": "application/json; charset=utf-8"}
+    assert httpx.post(f"{server.url}/v1/completions", content=body, headers=declared).status_code == 200
 
 
 def test_oversize_body_gets_413(llama_checkpoint):
