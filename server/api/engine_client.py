@@ -18,7 +18,7 @@ from argosy.server.api.metrics import ServerMetrics
 from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
-from argosy.server.exceptions import ArgosyError
+from argosy.server.exceptions import ArgosyError, InvalidRequestError
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
@@ -94,17 +94,26 @@ class EngineClient:
     def num_running(self) -> int:
         return self._running
 
-    def submit(self, request: NewRequest) -> RequestStream:
-        """Queues a validated request, or raises at once when the waiting queue is full or
-        the engine is stopping. Iterate the returned stream for its outputs."""
+    def submit_all(self, requests: list[NewRequest]) -> list[RequestStream]:
+        """Queues the engine requests of one API call (one per prompt), all or none. The
+        waiting limit counts engine requests: a call that could never fit under it is a 400;
+        one that does not fit now, a 503 (and nothing of it is queued, or counted)."""
         if self._stopped:
             raise EngineStoppedError("the engine is shutting down")
         if self.dead is not None:
             raise EngineDeadError(self.dead)
-        if request.request_id in self._streams:
-            raise ValueError(f"request id {request.request_id!r} is already in flight")
-        if self.num_waiting >= self.max_waiting_requests:
+        if len(requests) > self.max_waiting_requests:
+            raise InvalidRequestError(
+                f"{len(requests)} prompts in one call exceed the server's queue of {self.max_waiting_requests}",
+                param="prompt",
+            )
+        if self.num_waiting + len(requests) > self.max_waiting_requests:
             raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
+        if in_flight := [r.request_id for r in requests if r.request_id in self._streams]:
+            raise ValueError(f"request id {in_flight[0]!r} is already in flight")
+        return [self._submit(request) for request in requests]
+
+    def _submit(self, request: NewRequest) -> RequestStream:
         stream: asyncio.Queue = asyncio.Queue()
         self._streams[request.request_id] = stream
         self.outputs.add(request)

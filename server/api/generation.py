@@ -47,13 +47,7 @@ class Generation:
         self.latest: dict[int, RequestOutput] = {}
         self.created = int(time.time())
         self._start = time.monotonic()
-        self.streams: list[RequestStream] = []
-        try:
-            for request in requests:
-                self.streams.append(client.submit(request))
-        except Exception:
-            self.close()
-            raise
+        self.streams: list[RequestStream] = client.submit_all(requests)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """(prompt index, cumulative output) as they come. Leaving early aborts the rest."""

@@ -48,7 +48,7 @@ def outputs(*items, failed=(), received=1) -> protocol.EngineCoreOutputs:
 
 async def test_a_request_the_core_failed_ends_with_a_500(client):
     request = client.make_request("r", [5, 6, 7], SamplingParams(max_tokens=4))
-    stream = client.submit(request)
+    (stream,) = client.submit_all([request])
     assert client.core.sent == [request.core] and client.num_waiting == 1
     client._on_message(outputs(failed=[protocol.RequestFailed("r", "engine step failed: boom")]))
     with pytest.raises(EngineFailedError, match="boom") as err:
@@ -61,7 +61,7 @@ async def test_a_request_the_core_failed_ends_with_a_500(client):
 
 async def test_a_stop_string_found_here_ends_the_sequence_in_the_core(client):
     ids = client.tokenizer.encode(" one two three", add_special_tokens=False)
-    stream = client.submit(client.make_request("s", [5, 6], SamplingParams(max_tokens=20, stop=" two")))
+    (stream,) = client.submit_all([client.make_request("s", [5, 6], SamplingParams(max_tokens=20, stop=" two"))])
     client._on_message(outputs(*(protocol.EngineCoreOutput("s", 0, t) for t in ids)))
     final = (await asyncio.wait_for(read_all(stream), 10))[-1]
     assert final.finished and final.outputs[0].text == " one" and final.outputs[0].stop_reason == " two"

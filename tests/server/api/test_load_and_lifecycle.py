@@ -137,6 +137,29 @@ def test_full_waiting_queue_answers_503_at_once_and_metrics_follow(llama_checkpo
         assert srv.metric("argosy_request_queue_time_seconds_sum") > 0
 
 
+def test_the_waiting_limit_counts_prompts_and_a_call_is_queued_whole_or_not_at_all(llama_checkpoint):
+    with run_server(llama_checkpoint, max_num_seqs=1, max_waiting_requests=4) as srv:
+        url = f"{srv.url}/v1/completions"
+        body = {"model": MODEL, "max_tokens": 2}
+        # Five prompts can never fit a queue of four, even on an idle server: 400, not a retry.
+        never = httpx.post(url, json={**body, "prompt": ["a", "b", "c", "d", "e"]})
+        assert never.status_code == 400 and never.json()["error"]["param"] == "prompt"
+        assert httpx.post(url, json={**body, "prompt": ["a", "b", "c", "d"]}).status_code == 200
+        aborted = srv.metric("argosy_request_success_total", finished_reason="abort")
+        with paused_core(srv):
+            held = threading.Thread(
+                target=lambda: httpx.post(url, json={**body, "prompt": ["x", "y", "z"]}, timeout=60)
+            )
+            held.start()
+            wait_until(lambda: srv.engine.num_waiting == 3)
+            # Two more do not fit now: refused whole, nothing queued, nothing counted as finished.
+            busy = httpx.post(url, json={**body, "prompt": ["p", "q"]}, timeout=10)
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+            assert srv.engine.num_waiting == 3 and srv.metric("argosy_num_requests_waiting") == 3
+        held.join(60)
+        assert srv.metric("argosy_request_success_total", finished_reason="abort") == aborted
+
+
 def test_prefix_cache_and_preemption_counters(llama_checkpoint):
     # 24 blocks of 16 tokens (one max_model_len sequence) cannot hold six sequences of 40 + 100
     # tokens at once: some are preempted.
