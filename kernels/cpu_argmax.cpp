@@ -7,11 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "cpu_bf16.h"
 
 namespace {
 
@@ -24,10 +21,7 @@ inline float widen(const T* row, int64_t i) {
 
 template <>
 inline float widen(const c10::BFloat16* row, int64_t i) {
-  const uint32_t bits = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[i]) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
+  return argosy_bf16::widen(reinterpret_cast<const uint16_t*>(row)[i]);
 }
 
 // The maximum of row[begin, end), begin < end.
@@ -46,14 +40,9 @@ float chunk_max(const c10::BFloat16* row, int64_t begin, int64_t end) {
   float best = widen(row, begin);
   if (end - begin >= 32) {
     __m512 a = _mm512_set1_ps(best), b = a;
-    // bfloat16 is the top half of a float32: zero-extend to 32 bits and shift left by 16.
-    auto load = [&](int64_t at) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + at));
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-    };
     for (; i + 32 <= end; i += 32) {
-      a = _mm512_max_ps(a, load(i));
-      b = _mm512_max_ps(b, load(i + 16));
+      a = _mm512_max_ps(a, argosy_bf16::load16(bits + i));
+      b = _mm512_max_ps(b, argosy_bf16::load16(bits + i + 16));
     }
     best = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
   }

@@ -10,9 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__AVX512BF16__)
-#include <immintrin.h>
-#endif
+#include "cpu_bf16.h"
 
 namespace {
 
@@ -164,10 +162,7 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
       for_each_slot(vp, [&](int64_t t, const uint16_t* vrow) {
         for (int64_t h = 0; h < kv_heads; ++h) {
           __m512 wide[kFloats];
-          for (int64_t i = 0; i < kFloats; ++i) {
-            const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vrow + h * D + 16 * i));
-            wide[i] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-          }
+          for (int64_t i = 0; i < kFloats; ++i) wide[i] = argosy_bf16::load16(vrow + h * D + 16 * i);
           for (int64_t g = 0; g < group; ++g) {
             const int64_t hg = h * group + g;
             const __m512 p = _mm512_set1_ps(scores[hg * len + t]);

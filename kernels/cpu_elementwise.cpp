@@ -7,51 +7,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <tuple>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "cpu_bf16.h"
 
 namespace {
 
-inline float widen(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Round to nearest even, as PyTorch's float -> bfloat16 conversion.
-inline uint16_t narrow(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float round_bf16(float f) { return widen(narrow(f)); }
+using namespace argosy_bf16;
 
 #if defined(__AVX512F__)
-// The same, 16 at a time.
-inline __m512 load16(const uint16_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-inline __m512 round16(__m512 f) {  // to the nearest bfloat16, still as float32
-  const __m512i u = _mm512_castps_si512(f);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
-}
-
-inline void store16(uint16_t* p, __m512 rounded) {  // rounded: what round16 gave
-  const __m512i top = _mm512_srli_epi32(_mm512_castps_si512(rounded), 16);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(top));
-}
-
 // e^x to about 1e-7 relative: 2^n * 2^f with |f| <= 1/2, 2^f by its Taylor polynomial of degree 6.
 inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.f));
