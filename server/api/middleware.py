@@ -8,6 +8,11 @@ import hmac
 from argosy.server.api.error_responses import ErrorJSONResponse, error_body
 
 
+def header(scope, name: bytes) -> bytes | None:
+    """A request header's value (names come lower-case from the server)."""
+    return dict(scope.get("headers") or []).get(name)
+
+
 def bearer_token(authorization: bytes | None) -> bytes | None:
     """The credentials of `Bearer <token>`; the scheme is case-insensitive (RFC 9110)."""
     scheme, _, token = (authorization or b"").strip().partition(b" ")
@@ -22,7 +27,7 @@ class APIKeyCheck:
         self.app, self.expected = app, key.encode()
 
     def _allowed(self, scope) -> bool:
-        token = bearer_token(dict(scope.get("headers") or []).get(b"authorization"))
+        token = bearer_token(header(scope, b"authorization"))
         return token is not None and hmac.compare_digest(token, self.expected)
 
     async def __call__(self, scope, receive, send):
@@ -44,7 +49,7 @@ class JSONBodies:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/v1"):
-            content_type = dict(scope.get("headers") or []).get(b"content-type", b"")
+            content_type = header(scope, b"content-type") or b""
             if content_type.split(b";")[0].strip().lower() != b"application/json":
                 response = ErrorJSONResponse(
                     error_body(
@@ -68,7 +73,7 @@ class BodySizeLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             return await self._reject(send)
         received, rejected = 0, False

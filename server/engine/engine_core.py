@@ -152,7 +152,7 @@ class EngineCore:
             if request.is_finished:
                 del self.requests[request.request_id]
         out = EngineCoreOutput(request.request_id, seq.index, token_id, logprobs, reason, stop_token)
-        if len(seq.token_ids) == seq.num_prompt_tokens + 1:  # the first token
+        if seq.num_output_tokens == 1:
             out.num_cached_tokens, out.first_scheduled_time = request.num_cached_tokens, request.first_scheduled_time
         return out
 

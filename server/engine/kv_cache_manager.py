@@ -68,14 +68,9 @@ class KVCacheManager:
         """Makes room for the next `num_new_tokens` tokens of `seq`, first adopting
         `cached_blocks` (a prefix hit for a sequence with no blocks yet). Returns False,
         changing nothing, when too few blocks are free."""
-        table, computed = seq.block_table, seq.num_computed_tokens
-        # Most decodes: the token fits the last block, which is not shared (else it is copied first).
-        fits = computed + num_new_tokens <= len(table) * self.block_size
-        if (
-            fits
-            and not cached_blocks
-            and (computed % self.block_size == 0 or self.pool.blocks[table[-1]].ref_count == 1)
-        ):
+        # Most decodes: the token fits the blocks the sequence has, and none must be copied first.
+        fits = seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size
+        if fits and not cached_blocks and not self._must_copy_last_block(seq):
             return True
         cached_blocks = cached_blocks or []
         if self.blocks_needed(seq, num_new_tokens, len(cached_blocks)) > self._available(cached_blocks):

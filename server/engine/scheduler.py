@@ -19,7 +19,7 @@ class ScheduledSequence:
         self.seq = seq
         self.num_new_tokens = num_new_tokens  # tokens computed this step, from seq.num_computed_tokens
         # After this step every token of the sequence is in the cache: sample the next.
-        self.completes = seq.num_computed_tokens + num_new_tokens == len(seq.token_ids)
+        self.completes = seq.num_computed_tokens + num_new_tokens == seq.num_tokens
 
     def __repr__(self) -> str:
         return f"ScheduledSequence({self.seq!r}, {self.num_new_tokens})"
@@ -56,7 +56,7 @@ class Scheduler:
         queue = deque(self.running)
         while queue and budget > 0:
             seq = queue.popleft()
-            num_new = min(len(seq.token_ids) - seq.num_computed_tokens, budget)
+            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not self.kv.allocate(seq, num_new):
                 victim = queue.pop() if queue else seq
                 self._preempt(victim)

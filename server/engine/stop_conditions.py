@@ -11,9 +11,8 @@ def finish_reason(
 ) -> tuple[str | None, int | None]:
     """(finish_reason, stop_reason) after `token_id` was appended to `seq`; (None, None) while
     it goes on. eos and stop tokens count only once min_tokens are out."""
-    p = seq.request.params
-    num_tokens = len(seq.token_ids)
-    num_output = num_tokens - seq.num_prompt_tokens
+    p = seq.params
+    num_tokens, num_output = seq.num_tokens, seq.num_output_tokens
     may_stop = num_output >= p.min_tokens
     if may_stop and not p.ignore_eos and token_id in eos_token_ids:
         return "stop", None
