@@ -1,13 +1,17 @@
 """The CPU kernels (cpu_*.cpp: decode attention, greedy argmax, the bfloat16 elementwise ops,
-KV-cache writes), compiled on first use for this machine into one extension cached by PyTorch
-(TORCH_EXTENSIONS_DIR). Where they cannot be built (no C++ compiler), their callers take the
+KV-cache writes), compiled on first use for this machine into one extension cached under
+TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++ compiler), their callers take the
 pure-PyTorch paths, with one warning."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import logging
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +27,27 @@ SOURCES = [
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
 
 
+def build_directory() -> Path:
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return Path(root) / f"argosy_cpu_kernels-{python}-torch{torch.__version__}"
+
+
+@contextlib.contextmanager
+def exclusive_build(directory: Path) -> Iterator[None]:
+    """Holds an flock on the build directory, which the kernel releases when its holder dies.
+    PyTorch's own lock is a file that outlives a build killed midway, and every later load then
+    waits for it forever; under the flock no other build of ours can be running, so such a file
+    is stale and goes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "argosy.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (directory / "lock").unlink(missing_ok=True)
+        yield
+
+
 @functools.cache
 def cpu_kernels() -> ModuleType | None:
     if os.environ.get(DISABLE_ENV) == "0":
@@ -30,15 +55,18 @@ def cpu_kernels() -> ModuleType | None:
     from torch.utils.cpp_extension import load
 
     try:
-        return load(
-            "argosy_cpu_kernels",
-            [str(source) for source in SOURCES],
-            # OpenMP as ATen's own parallel_for uses it (without it the loop runs on one thread);
-            # libgomp.so.1 resolves to the copy torch has already loaded.
-            extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            verbose=False,
-        )
+        directory = build_directory()
+        with exclusive_build(directory):
+            return load(
+                "argosy_cpu_kernels",
+                [str(source) for source in SOURCES],
+                build_directory=str(directory),
+                # OpenMP as ATen's own parallel_for uses it (without it the loop runs on one thread);
+                # libgomp.so.1 resolves to the copy torch has already loaded.
+                extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+                extra_ldflags=["-fopenmp"],
+                verbose=False,
+            )
     except Exception as exc:  # a missing compiler must not stop the engine
         log.warning("the CPU kernels could not be built (%s); the PyTorch paths run instead", exc)
         return None

@@ -2,12 +2,20 @@ from __future__ import annotations
 
 import pytest
 
+from argosy.kernels.cpu_kernels import cpu_kernels
 from argosy.kernels.interpreter import use_interpreter_without_cuda
 from tests.checkpoints import ARCHS, build_checkpoint
 
 # Triton's interpreter must be chosen before anything (transformers, building the test
 # checkpoints) imports triton; on a GPU the kernel tests run compiled.
 use_interpreter_without_cuda()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpu_kernels_built() -> None:
+    """On a fresh machine the first use compiles the CPU kernels (a minute or more): here, once,
+    rather than inside the start-up timeout of the first server a test launches."""
+    cpu_kernels()
 
 
 @pytest.fixture(scope="session")
