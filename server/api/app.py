@@ -46,7 +46,7 @@ async def run_engine(state: ServerState) -> None:
             core.process.kill()
             await core.shutdown()
         raise
-    client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics)
+    client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics, config.stream_limits)
     state.metrics.bind_gauges(
         lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage
     )

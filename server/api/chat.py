@@ -17,7 +17,7 @@ from argosy.server.api.generation import (
 )
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
-from argosy.server.api.streaming import Delta, stream_events, top_k, usage
+from argosy.server.api.streaming import Delta, stream_events, top_k
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import Logprob
 
@@ -102,4 +102,4 @@ async def create_chat_completion(
         }
         for c in final.outputs
     ]
-    return JSONResponse({**base, "object": "chat.completion", "choices": choices, "usage": usage([final])})
+    return JSONResponse({**base, "object": "chat.completion", "choices": choices, "usage": gen.usage()})

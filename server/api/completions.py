@@ -17,7 +17,7 @@ from argosy.server.api.generation import (
 )
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
-from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k, usage
+from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k
 
 
 async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient):
@@ -58,7 +58,7 @@ async def create_completion(body: CompletionRequest, http: HTTPRequest, state: S
             delta = Delta(echoes[i] + c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
             delta.offset = len(echoes[i])
             choices.append(choice(i * params.n + c.index, delta))
-    return JSONResponse({**base, "choices": choices, "usage": usage(finals)})
+    return JSONResponse({**base, "choices": choices, "usage": gen.usage()})
 
 
 def _logprobs(delta: Delta, k: int) -> dict:

@@ -2,8 +2,8 @@
 limits, live figures, submitting and aborting), over the engine core's process.
 
 Everything here runs on the event loop. Requests and aborts go to the core as commands; each
-core message (one per step) is detokenized by the OutputProcessor and delivered to the
-requests' queues. If the core process dies, every request in flight ends with
+core message (one per step) is detokenized by the OutputProcessor into deltas, merged into
+the requests' streams. If the core process dies, every request in flight ends with
 EngineDeadError at once."""
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.metrics import ServerMetrics
+from argosy.server.api.request_stream import RequestStream, StreamLimits
 from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.exceptions import ArgosyError, InvalidRequestError
-from argosy.server.outputs import EngineStats, RequestOutput
-from argosy.server.sampling_params import SamplingParams
+from argosy.server.outputs import EngineStats
+from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
 
 log = logging.getLogger("argosy.engine")
@@ -50,11 +51,12 @@ class EngineClient:
         ready: protocol.CoreReady,
         max_waiting_requests: int,
         metrics: ServerMetrics,
+        limits: StreamLimits,
     ):
-        self.core, self.inputs, self.metrics = core, inputs, metrics
+        self.core, self.inputs, self.metrics, self.limits = core, inputs, metrics, limits
         self.max_waiting_requests = max_waiting_requests
         self.outputs = OutputProcessor(inputs.tokenizer)
-        self._streams: dict[str, asyncio.Queue] = {}
+        self._streams: dict[str, RequestStream] = {}
         self._stats = ready.stats
         self._sent = self._received = self._waiting = self._running = 0
         self._stopped = False
@@ -69,8 +71,8 @@ class EngineClient:
         return self.inputs.max_model_len
 
     def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> NewRequest:
-        """Tokenizes and validates; raises InvalidRequestError."""
-        return self.inputs.make_request(request_id, prompt, params)
+        """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas."""
+        return self.inputs.make_request(request_id, prompt, replace(params, output_kind=RequestOutputKind.DELTA))
 
     def stats(self) -> EngineStats:
         """The core's figures as of its last message."""
@@ -111,15 +113,15 @@ class EngineClient:
             raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
         if in_flight := [r.request_id for r in requests if r.request_id in self._streams]:
             raise ValueError(f"request id {in_flight[0]!r} is already in flight")
-        return [self._submit(request) for request in requests]
+        wake = asyncio.Event()
+        return [self._submit(request, wake) for request in requests]
 
-    def _submit(self, request: NewRequest) -> RequestStream:
-        stream: asyncio.Queue = asyncio.Queue()
-        self._streams[request.request_id] = stream
+    def _submit(self, request: NewRequest, wake: asyncio.Event) -> RequestStream:
+        stream = self._streams[request.request_id] = RequestStream(request.request_id, wake, self.limits, self._forget)
         self.outputs.add(request)
         self.core.send(request.core)
         self._sent += 1
-        return RequestStream(self, request.request_id, stream)
+        return stream
 
     def _forget(self, request_id: str, finished: bool) -> None:
         """Drops a request the caller no longer reads; one that had not finished is aborted."""
@@ -140,8 +142,9 @@ class EngineClient:
         self._end_all(EngineStoppedError(reason))
 
     def _end_all(self, error: Exception) -> None:
-        for stream in self._streams.values():
-            stream.put_nowait(error)
+        now = time.monotonic()
+        for stream in list(self._streams.values()):
+            stream.put(error, now)
 
     async def run(self) -> None:
         """Delivers the core's outputs until its process ends, or until delivering them fails;
@@ -168,11 +171,11 @@ class EngineClient:
         for failure in message.failed:
             stream = self._streams.get(failure.request_id)
             if stream is not None:
-                stream.put_nowait(EngineFailedError(failure.message))
+                stream.put(EngineFailedError(failure.message), now)
         for result in results:
             stream = self._streams.get(result.request_id)
             if stream is not None:
-                stream.put_nowait(result)
+                stream.put(result, now)
         self._stats = message.stats
         self._waiting, self._running = message.num_waiting_requests, message.num_running_requests
         self._received = message.num_requests_received
@@ -183,29 +186,3 @@ class EngineClient:
     async def shutdown(self) -> None:
         self._stopped = True
         await self.core.shutdown()
-
-
-class RequestStream:
-    """The outputs of one submitted request. Leaving the iteration early (a client disconnect
-    cancels it) or closing the stream aborts the request."""
-
-    def __init__(self, client: EngineClient, request_id: str, queue: asyncio.Queue):
-        self.client, self.request_id, self._queue = client, request_id, queue
-        self._done = False
-
-    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
-        try:
-            while not self._done:
-                item = await self._queue.get()
-                if isinstance(item, Exception):
-                    self._done = True
-                    raise item
-                self._done = item.finished
-                yield item
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Aborts the request unless it already finished."""
-        self.client._forget(self.request_id, self._done)
-        self._done = True

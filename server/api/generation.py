@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Awaitable
 from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
-from argosy.server.api.engine_client import EngineClient, RequestStream
+from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import APIError
+from argosy.server.api.request_stream import RequestStream, merge_delta
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.outputs import RequestOutput
 
@@ -39,74 +40,84 @@ def check_model(requested: str, served: str) -> None:
 
 
 class Generation:
-    """The engine requests of one API call (one per prompt), submitted all or none."""
+    """The engine requests of one API call (one per prompt), submitted all or none. It keeps
+    counts for usage and the access log, not the text: a stream's deltas go straight out."""
 
     def __init__(self, client: EngineClient, request_id: str, requests: list[NewRequest]):
         self.request_id = request_id
         self.requests = requests
-        self.latest: dict[int, RequestOutput] = {}
         self.created = int(time.time())
         self._start = time.monotonic()
+        self.generated_tokens = 0
+        self._first_token_time: float | None = None
+        self._finish_reasons: dict[tuple[int, int], str] = {}  # (prompt, choice): reason
         self.streams: list[RequestStream] = client.submit_all(requests)
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
-        """(prompt index, cumulative output) as they come. Leaving early aborts the rest."""
-        queue: asyncio.Queue = asyncio.Queue()
-
-        async def pump(index: int, stream: RequestStream) -> None:
-            try:
-                async for output in stream:
-                    await queue.put((index, output))
-            except Exception as exc:
-                await queue.put((index, exc))
-
-        tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(self.streams)]
-        remaining, error = len(self.streams), None
+        """(prompt index, what that prompt's request produced since the last one) as it comes.
+        Leaving early aborts the rest."""
+        wake, error = self.streams[0].wake, None
         try:
-            while remaining:
-                index, item = await queue.get()
-                if isinstance(item, Exception):
-                    error = item
-                    raise item
-                self.latest[index] = item
-                remaining -= item.finished
-                yield index, item
+            while not all(s.done for s in self.streams):
+                await wake.wait()
+                wake.clear()
+                for index, stream in enumerate(self.streams):
+                    try:
+                        delta = stream.take()
+                    except Exception as exc:
+                        error = exc
+                        raise
+                    if delta is not None:
+                        self._count(index, delta)
+                        yield index, delta
         finally:
-            # Everything that must happen before the first await: when the client has gone, the
-            # server cancels this stream's scope, and every await in it raises again at once.
-            for task in tasks:
-                task.cancel()
+            # Nothing here may await: when the client has gone, the server cancels this stream's
+            # scope, and every await in it raises again at once.
             self.close()
             self._log(error)
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def finals(self) -> list[RequestOutput]:
-        async for _ in self.outputs():
-            pass
-        return [self.latest[i] for i in range(len(self.requests))]
+        """Every request's whole output, once all have finished."""
+        finals: dict[int, RequestOutput] = {}
+        async for index, delta in self.outputs():
+            if index in finals:
+                merge_delta(finals[index], delta)
+            else:
+                finals[index] = delta
+        return [finals[i] for i in range(len(self.requests))]
+
+    def usage(self) -> dict[str, int]:
+        prompt = sum(len(r.prompt_token_ids) for r in self.requests)
+        completion = self.generated_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def close(self) -> None:
         for stream in self.streams:
             stream.close()
 
+    def _count(self, index: int, delta: RequestOutput) -> None:
+        self.generated_tokens += sum(len(c.token_ids) for c in delta.outputs)
+        m = delta.metrics
+        if self._first_token_time is None and m and m.first_token_time:
+            self._first_token_time = m.first_token_time - m.arrival_time
+        for c in delta.outputs:
+            if c.finish_reason:
+                self._finish_reasons[index, c.index] = c.finish_reason
+
     def _log(self, error: Exception | None) -> None:
-        outputs = list(self.latest.values())
-        first_tokens = [
-            o.metrics.first_token_time - o.metrics.arrival_time
-            for o in outputs
-            if o.metrics and o.metrics.first_token_time
-        ]
-        reasons = [c.finish_reason or ("error" if error else "abort") for o in outputs for c in o.outputs]
+        reasons = set(self._finish_reasons.values())
+        if len(self._finish_reasons) < len(self.requests) * self.requests[0].params.n:
+            reasons.add("error" if error else "abort")
         access_log.info(
             "request",
             extra={
                 "fields": {
                     "request_id": self.request_id,
                     "prompt_tokens": sum(len(r.prompt_token_ids) for r in self.requests),
-                    "generated_tokens": sum(len(c.token_ids) for o in outputs for c in o.outputs),
-                    "ttft_s": round(min(first_tokens), 4) if first_tokens else None,
+                    "generated_tokens": self.generated_tokens,
+                    "ttft_s": round(self._first_token_time, 4) if self._first_token_time is not None else None,
                     "total_s": round(time.monotonic() - self._start, 4),
-                    "finish_reason": ",".join(sorted(set(reasons))) or ("error" if error else "abort"),
+                    "finish_reason": ",".join(sorted(reasons)),
                 }
             },
         )

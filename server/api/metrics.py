@@ -35,12 +35,6 @@ _LATENCY_BUCKETS = (
 
 
 @dataclass
-class _RequestProgress:
-    tokens: int = 0
-    last_token_time: float | None = None
-
-
-@dataclass
 class ServerMetrics:
     model_name: str
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
@@ -72,7 +66,7 @@ class ServerMetrics:
         self.itl = histogram("argosy_inter_token_latency_seconds", "Time between a request's successive tokens")
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
         self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
-        self._progress: dict[str, _RequestProgress] = {}
+        self._last_token_time: dict[str, float] = {}  # of each request in flight that has one
         self._engine_totals = (0, 0, 0)
 
     def label(self, metric):
@@ -84,29 +78,29 @@ class ServerMetrics:
         self.label(self.running).set_function(num_running)
         self.label(self.kv_usage).set_function(kv_usage)
 
-    def observe_step(self, outputs: list[RequestOutput], now: float) -> None:
-        for out in outputs:
-            progress = self._progress.setdefault(out.request_id, _RequestProgress())
-            tokens = sum(len(c.token_ids) for c in out.outputs)
-            new = tokens - progress.tokens
+    def observe_step(self, deltas: list[RequestOutput], now: float) -> None:
+        """Counts one step's outputs (DELTA outputs: each holds only the step's new tokens)."""
+        for out in deltas:
+            new = sum(len(c.token_ids) for c in out.outputs)
             if new > 0:
-                if progress.last_token_time is None:
+                last = self._last_token_time.get(out.request_id)
+                if last is None:
                     self.label(self.prompt_tokens).inc(len(out.prompt_token_ids))
                     m = out.metrics
                     self.label(self.ttft).observe(now - m.arrival_time)
                     self.label(self.queue_time).observe((m.first_scheduled_time or now) - m.arrival_time)
                 else:
-                    self.label(self.itl).observe(now - progress.last_token_time)
+                    self.label(self.itl).observe(now - last)
                 self.label(self.generation_tokens).inc(new)
-                progress.tokens, progress.last_token_time = tokens, now
+                self._last_token_time[out.request_id] = now
             if out.finished:
-                self._progress.pop(out.request_id, None)
+                self._last_token_time.pop(out.request_id, None)
                 self.label(self.e2e).observe(now - out.metrics.arrival_time)
                 # One count per request; with n > 1 the first sequence's reason stands for it.
                 self._count_finished(out.outputs[0].finish_reason)
 
     def observe_abort(self, request_id: str) -> None:
-        self._progress.pop(request_id, None)
+        self._last_token_time.pop(request_id, None)
         self._count_finished("abort")
 
     def _count_finished(self, reason: str | None) -> None:

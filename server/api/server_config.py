@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from argosy.flags import setting
+from argosy.server.api.request_stream import StreamLimits
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import ArgosyError
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME
@@ -25,11 +26,19 @@ class ServerConfig:
     max_waiting_requests: int = setting(1024, "queued requests beyond which new ones get 503 + Retry-After")
     shutdown_timeout: float = setting(60.0, "seconds requests in flight may take to finish after SIGTERM")
     max_request_body_bytes: int = setting(8 << 20, "larger request bodies get 413")
+    max_unread_tokens: int = setting(
+        1 << 16, "a request whose client leaves more output tokens unread (logprobs included) is aborted"
+    )
+    stream_stall_timeout: float = setting(60.0, "seconds a request's output may wait unread before it is aborted")
     log_format: Literal["json", "text"] = setting("json", "one JSON object per line, or text")
 
     @property
     def model_name(self) -> str:
         return self.engine.served_model_name or self.engine.model or DEFAULT_MODEL_NAME
+
+    @property
+    def stream_limits(self) -> StreamLimits:
+        return StreamLimits(self.max_unread_tokens, self.stream_stall_timeout)
 
 
 def resolve_api_key(config: ServerConfig) -> str | None:

@@ -1,5 +1,5 @@
-"""From cumulative outputs to what a client reads: per-choice deltas (text, tokens, logprobs
-and their text offsets), usage, and the server-sent events of a streamed call."""
+"""From the engine's deltas to what a client reads: per-choice chunks (text, tokens, logprobs
+and their text offsets) and the server-sent events of a streamed call."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from argosy.server.api.error_responses import sse_error
 from argosy.server.api.generation import Generation
-from argosy.server.outputs import CompletionOutput, Logprob, RequestOutput
+from argosy.server.outputs import CompletionOutput, Logprob
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -33,26 +33,22 @@ def token_chars(token_id: int, entry: dict[int, Logprob]) -> int:
 
 @dataclass
 class DeltaTracker:
-    """Remembers how much of each choice was already sent:
-    (characters, tokens, text offset of the next token, finished)."""
+    """Per choice already started: the text offset of its next token, and whether it finished
+    (later outputs repeat a finished choice's reason)."""
 
-    sent: dict[int, tuple[int, int, int, bool]] = field(default_factory=dict)
+    sent: dict[int, tuple[int, bool]] = field(default_factory=dict)
 
     def delta(self, index: int, choice: CompletionOutput, prefix: str = "") -> Delta | None:
-        text_len, tokens, offset, finished = self.sent.get(index, (0, 0, len(prefix), False))
-        text = prefix + choice.text
-        if finished or (
-            index in self.sent
-            and len(text) == text_len
-            and len(choice.token_ids) == tokens
-            and not choice.finish_reason
-        ):
+        """The chunk of one choice's delta; its first carries `prefix` (the echoed prompt)."""
+        started = index in self.sent
+        offset, finished = self.sent.get(index, (len(prefix), False))
+        if finished or (started and not choice.text and not choice.token_ids and not choice.finish_reason):
             return None
-        logprobs = choice.logprobs[tokens:] if choice.logprobs is not None else None
-        new_ids = choice.token_ids[tokens:]
-        end = offset + sum(token_chars(t, e) for t, e in zip(new_ids, logprobs or []))
-        self.sent[index] = (len(text), len(choice.token_ids), end, choice.finish_reason is not None)
-        return Delta(text[text_len:], new_ids, logprobs, choice.finish_reason, choice.stop_reason, offset)
+        logprobs = choice.logprobs
+        end = offset + sum(token_chars(t, e) for t, e in zip(choice.token_ids, logprobs or []))
+        self.sent[index] = (end, choice.finish_reason is not None)
+        text = choice.text if started else prefix + choice.text
+        return Delta(text, choice.token_ids, logprobs, choice.finish_reason, choice.stop_reason, offset)
 
 
 def top_k(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
@@ -60,12 +56,6 @@ def top_k(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
     return sorted(
         ((t, lp) for t, lp in entry.items() if lp.rank is not None and lp.rank <= k), key=lambda item: item[1].rank
     )
-
-
-def usage(outputs: list[RequestOutput]) -> dict[str, int]:
-    prompt = sum(len(o.prompt_token_ids) for o in outputs)
-    completion = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def sse(payload: dict) -> str:
@@ -93,7 +83,7 @@ async def stream_events(
                 if delta is not None:
                     yield sse(chunk(index, delta))
         if usage_chunk is not None:
-            yield sse(usage_chunk(usage([gen.latest[i] for i in range(len(gen.requests))])))
+            yield sse(usage_chunk(gen.usage()))
     except asyncio.CancelledError:
         raise
     except Exception as exc:

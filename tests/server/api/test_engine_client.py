@@ -11,7 +11,9 @@ import pytest
 
 from argosy.server.api.engine_client import EngineClient, EngineFailedError
 from argosy.server.api.error_responses import to_api_error
+from argosy.server.api.generation import Generation
 from argosy.server.api.metrics import ServerMetrics
+from argosy.server.api.request_stream import StreamLimits
 from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.engine_config import EngineConfig
@@ -35,11 +37,7 @@ class SentCommands:
 def client(llama_checkpoint) -> EngineClient:
     inputs = InputProcessor.for_model(EngineConfig(model=str(llama_checkpoint)))
     ready = protocol.CoreReady(STATS, "")
-    return EngineClient(SentCommands(), inputs, ready, 4, ServerMetrics("tiny"))
-
-
-async def read_all(stream) -> list:
-    return [o async for o in stream]
+    return EngineClient(SentCommands(), inputs, ready, 4, ServerMetrics("tiny"), StreamLimits(1000, 60.0))
 
 
 def outputs(*items, failed=(), received=1) -> protocol.EngineCoreOutputs:
@@ -48,11 +46,11 @@ def outputs(*items, failed=(), received=1) -> protocol.EngineCoreOutputs:
 
 async def test_a_request_the_core_failed_ends_with_a_500(client):
     request = client.make_request("r", [5, 6, 7], SamplingParams(max_tokens=4))
-    (stream,) = client.submit_all([request])
+    gen = Generation(client, "r", [request])
     assert client.core.sent == [request.core] and client.num_waiting == 1
     client._on_message(outputs(failed=[protocol.RequestFailed("r", "engine step failed: boom")]))
     with pytest.raises(EngineFailedError, match="boom") as err:
-        await asyncio.wait_for(read_all(stream), 10)  # a bound, so that a lost error fails, not hangs
+        await asyncio.wait_for(gen.finals(), 10)  # a bound, so that a lost error fails, not hangs
     error = to_api_error(err.value)
     assert (error.status, error.type) == (500, "internal_error")
     assert client.num_in_flight == 0 and not client.outputs.requests
@@ -61,8 +59,8 @@ async def test_a_request_the_core_failed_ends_with_a_500(client):
 
 async def test_a_stop_string_found_here_ends_the_sequence_in_the_core(client):
     ids = client.tokenizer.encode(" one two three", add_special_tokens=False)
-    (stream,) = client.submit_all([client.make_request("s", [5, 6], SamplingParams(max_tokens=20, stop=" two"))])
+    gen = Generation(client, "s", [client.make_request("s", [5, 6], SamplingParams(max_tokens=20, stop=" two"))])
     client._on_message(outputs(*(protocol.EngineCoreOutput("s", 0, t) for t in ids)))
-    final = (await asyncio.wait_for(read_all(stream), 10))[-1]
+    (final,) = await asyncio.wait_for(gen.finals(), 10)
     assert final.finished and final.outputs[0].text == " one" and final.outputs[0].stop_reason == " two"
     assert client.core.sent[-1] == protocol.FinishSequences([("s", 0)])
