@@ -27,7 +27,7 @@ class ServerConfig:
     shutdown_timeout: float = setting(60.0, "seconds requests in flight may take to finish after SIGTERM")
     max_request_body_bytes: int = setting(8 << 20, "larger request bodies get 413")
     max_unread_tokens: int = setting(
-        1 << 16, "a request whose client leaves more output tokens unread (logprobs included) is aborted"
+        1 << 14, "a request whose client leaves more output tokens unread (logprobs included) is aborted"
     )
     stream_stall_timeout: float = setting(60.0, "seconds a request's output may wait unread before it is aborted")
     log_format: Literal["json", "text"] = setting("json", "one JSON object per line, or text")

@@ -18,14 +18,15 @@ from argosy.server.text.tokenizer import Tokenizer
 @dataclass
 class SequenceState:
     detokenizer: IncrementalDetokenizer
+    # Every token and logprob entry so far; for DELTA outputs, only those not yet handed out
+    # (what was handed out is the caller's: a stream holds no history it will not send).
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    num_tokens: int = 0
     cumulative_logprob: float = 0.0
     finish_reason: str | None = None
     stop_reason: int | str | None = None
-    # How much of the text, tokens and logprobs earlier DELTA outputs have handed out.
-    sent_chars: int = 0
-    sent_tokens: int = 0
+    sent_chars: int = 0  # of the text, handed out by earlier DELTA outputs
 
 
 @dataclass
@@ -98,10 +99,11 @@ class OutputProcessor:
     def _append(self, state: RequestState, seq: SequenceState, out: EngineCoreOutput) -> bool:
         """Adds the token; True if a stop string ended a sequence the core still runs."""
         seq.token_ids.append(out.token_id)
+        seq.num_tokens += 1
         if out.logprobs is not None:
             seq.logprobs.append(self._logprob_entry(out.logprobs))
             seq.cumulative_logprob += out.logprobs.logprob
-        may_stop = len(seq.token_ids) >= state.request.params.min_tokens
+        may_stop = seq.num_tokens >= state.request.params.min_tokens
         stop_string = seq.detokenizer.add(out.token_id, check_stop=may_stop)
         if out.finish_reason == "stop":  # eos and stop tokens rank before stop strings
             seq.finish_reason, seq.stop_reason = out.finish_reason, out.stop_reason
@@ -122,8 +124,8 @@ class OutputProcessor:
             text = seq.detokenizer.output_text(seq.finish_reason is not None)
             tokens, logprobs = seq.token_ids, seq.logprobs
             if kind is RequestOutputKind.DELTA:
-                text, tokens, logprobs = text[seq.sent_chars :], tokens[seq.sent_tokens :], logprobs[seq.sent_tokens :]
-                seq.sent_chars, seq.sent_tokens = seq.sent_chars + len(text), len(seq.token_ids)
+                text, seq.sent_chars = text[seq.sent_chars :], len(text)
+                seq.token_ids, seq.logprobs = [], []
             elif kind is RequestOutputKind.CUMULATIVE:  # the lists still grow after this output
                 tokens, logprobs = list(tokens), list(logprobs)
             outputs.append(

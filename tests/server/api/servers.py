@@ -4,8 +4,10 @@ a test can act while a request is certainly running."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,3 +91,20 @@ def paused_core(server: RunningServer) -> Iterator[None]:
         yield
     finally:
         os.kill(server.engine.core.pid, signal.SIGCONT)
+
+
+def send_without_reading(url: str, path: str, body: dict, receive_buffer: int | None = None) -> socket.socket:
+    """A client that sends a request and then only holds the connection open, with a receive
+    buffer of `receive_buffer` bytes if given (the kernel's default otherwise)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    if receive_buffer is not None:  # before connecting: it sets the TCP window offered
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.connect((host, int(port)))
+    payload = json.dumps(body).encode()
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    return sock

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -18,7 +17,7 @@ from argosy.server.models.model_config import ModelConfig
 from argosy.server.worker.memory_budget import kv_bytes_per_block
 from tests.polling import wait_until
 from tests.processes import MODEL
-from tests.server.api.servers import paused_core, run_server
+from tests.server.api.servers import paused_core, run_server, send_without_reading
 
 
 async def stream_text(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> str:
@@ -70,19 +69,6 @@ def test_a_client_that_disconnects_has_its_sequence_aborted(server):
     wait_until(lambda: server.engine.stats().num_running == 0)
     assert server.engine.stats().kv_blocks_used == 0
     wait_until(lambda: server.metric("argosy_request_success_total", finished_reason="abort") == aborted_before + 1)
-
-
-def send_without_reading(url: str, path: str, body: dict) -> socket.socket:
-    """A client that sends a request and then only holds the connection open."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
-    payload = json.dumps(body).encode()
-    sock.sendall(
-        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n".encode()
-        + payload
-    )
-    return sock
 
 
 def test_a_non_streaming_client_that_disconnects_is_aborted_too(server, caplog):
