@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -18,6 +20,7 @@ from argosy.server.api.generation import (
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, top_k
+from argosy.server.engine.input_processor import NewRequest
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.outputs import Logprob
 
@@ -29,13 +32,17 @@ async def create_chat_completion(
     params = body.to_sampling_params()
     request_id = new_request_id(http, "chatcmpl")
     tokenizer = client.tokenizer
-    try:
-        prompt = tokenizer.encode_chat(body.messages, body.add_generation_prompt is not False)
-        request = client.make_request(engine_request_id(request_id), prompt, params)
-    except InvalidRequestError as exc:  # the prompt a chat call has is its messages
-        if exc.param == "prompt":
-            exc.param = "messages"
-        raise
+
+    def build() -> NewRequest:
+        try:
+            prompt = tokenizer.apply_chat_template(body.messages, body.add_generation_prompt is not False)
+            return client.make_request(engine_request_id(request_id), prompt, params, add_special_tokens=False)
+        except InvalidRequestError as exc:  # the prompt a chat call has is its messages
+            if exc.param == "prompt":
+                exc.param = "messages"
+            raise
+
+    request = await asyncio.to_thread(build)  # rendering and tokenizing may take seconds: not on the loop
     gen = Generation(client, request_id, [request])
     base = {"id": request_id, "created": gen.created, "model": state.model_name}
     k = body.top_logprobs or 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -18,20 +20,26 @@ from argosy.server.api.generation import (
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k
+from argosy.server.engine.input_processor import NewRequest
 
 
 async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient):
     check_model(body.model, state.model_name)
     params = body.to_sampling_params()
     request_id = new_request_id(http, "cmpl")
-    requests = [
-        client.make_request(engine_request_id(request_id, i), prompt, params) for i, prompt in enumerate(body.prompts())
-    ]
-    tokenizer = client.tokenizer
-    echoes = [
-        (r.prompt if r.prompt is not None else tokenizer.decode(r.prompt_token_ids)) if body.echo else ""
-        for r in requests
-    ]
+
+    def build() -> tuple[list[NewRequest], list[str]]:
+        requests = [
+            client.make_request(engine_request_id(request_id, i), prompt, params)
+            for i, prompt in enumerate(body.prompts())
+        ]
+        echoes = [
+            (r.prompt if r.prompt is not None else client.tokenizer.decode(r.prompt_token_ids)) if body.echo else ""
+            for r in requests
+        ]
+        return requests, echoes
+
+    requests, echoes = await asyncio.to_thread(build)  # tokenizing may take seconds: not on the loop
     gen = Generation(client, request_id, requests)
     base = {"id": request_id, "object": "text_completion", "created": gen.created, "model": state.model_name}
 

@@ -70,9 +70,13 @@ class EngineClient:
     def max_model_len(self) -> int:
         return self.inputs.max_model_len
 
-    def make_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> NewRequest:
-        """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas."""
-        return self.inputs.make_request(request_id, prompt, replace(params, output_kind=RequestOutputKind.DELTA))
+    def make_request(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams, add_special_tokens: bool = True
+    ) -> NewRequest:
+        """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas.
+        Thread-safe: handlers call it off the event loop, a long prompt takes seconds."""
+        delta = replace(params, output_kind=RequestOutputKind.DELTA)
+        return self.inputs.make_request(request_id, prompt, delta, add_special_tokens=add_special_tokens)
 
     def stats(self) -> EngineStats:
         """The core's figures as of its last message."""

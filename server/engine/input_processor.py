@@ -55,12 +55,24 @@ class InputProcessor:
         return cls(Tokenizer(path), model_config.vocab_size, limits.max_model_len, config.max_num_seqs)
 
     def make_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams, arrival_time: float | None = None
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+        add_special_tokens: bool = True,
     ) -> NewRequest:
-        """Raises InvalidRequestError, naming the field, when the request cannot be served."""
+        """Raises InvalidRequestError, naming the field, when the request cannot be served.
+        A rendered chat prompt has its special tokens already (add_special_tokens=False)."""
         params.validate()
         text = prompt if isinstance(prompt, str) else None
-        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if text is not None and (fewest := self.tokenizer.fewest_tokens(text)) >= self.max_model_len:
+            raise InvalidRequestError(  # certain from its length alone: not worth tokenizing
+                f"the prompt has at least {fewest} tokens ({len(text)} characters); max_model_len is "
+                f"{self.max_model_len}",
+                param="prompt",
+            )
+        token_ids = self.tokenizer.encode(text, add_special_tokens) if text is not None else list(prompt)
         self._check(token_ids, params)
         core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic())
         return NewRequest(core, text)
@@ -69,9 +81,6 @@ class InputProcessor:
         max_len, vocab = self.max_model_len, self.vocab_size
         if not token_ids:
             raise InvalidRequestError("the prompt is empty", param="prompt")
-        bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
-        if bad is not None:
-            raise InvalidRequestError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
         if len(token_ids) >= max_len:
             raise InvalidRequestError(
                 f"the prompt has {len(token_ids)} tokens; max_model_len is {max_len}, which leaves no room for output",
@@ -83,6 +92,9 @@ class InputProcessor:
                 f"({max_len})",
                 param="max_tokens",
             )
+        bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
         bad = next((t for t in params.stop_token_ids if t >= vocab), None)
         if bad is not None:
             raise InvalidRequestError(

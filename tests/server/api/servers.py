@@ -9,7 +9,8 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -108,3 +109,16 @@ def send_without_reading(url: str, path: str, body: dict, receive_buffer: int | 
         + payload
     )
     return sock
+
+
+def timed_while(thread: threading.Thread, call: Callable[[], object]) -> list[float]:
+    """Starts `thread` and times `call`, again and again, until the thread ends: how long each
+    took (at least one, timed after the thread ended if it was that quick)."""
+    latencies: list[float] = []
+    thread.start()
+    while thread.is_alive() or not latencies:
+        started = time.monotonic()
+        call()
+        latencies.append(time.monotonic() - started)
+    thread.join()
+    return latencies
