@@ -16,7 +16,7 @@ from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
-from argosy.server.api.middleware import APIKeyCheck, BodySizeLimit, JSONBodies
+from argosy.server.api.middleware import APIKeyCheck, BodySizeLimit, JSONBodies, ResponsesInFlight
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
@@ -82,6 +82,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(JSONBodies)
     if config.api_key:
         app.add_middleware(APIKeyCheck, key=config.api_key)
+    app.add_middleware(ResponsesInFlight, state=state)  # the outermost: it sees every response
 
     def serving_engine() -> EngineClient:
         if state.draining:

@@ -1,5 +1,5 @@
-"""ASGI middleware in front of every route: the API key on /v1/*, JSON bodies on /v1/*, and
-the body-size limit."""
+"""ASGI middleware in front of every route: the count of responses in flight, the API key on
+/v1/*, JSON bodies on /v1/*, and the body-size limit."""
 
 from __future__ import annotations
 
@@ -17,6 +17,39 @@ def bearer_token(authorization: bytes | None) -> bytes | None:
     """The credentials of `Bearer <token>`; the scheme is case-insensitive (RFC 9110)."""
     scheme, _, token = (authorization or b"").strip().partition(b" ")
     return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
+
+
+class ResponsesInFlight:
+    """Counts the HTTP requests whose responses are not yet sent, so that a drain waits for
+    slow readers too. The server waits for the socket before each write, not after, so a body
+    goes out in pieces of at most WRITE_BYTES: once the app returns, no more than that is left
+    in the server's buffer, which the closing connection flushes."""
+
+    WRITE_BYTES = 1 << 16
+
+    def __init__(self, app, state):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def send_in_pieces(message):
+            body = message.get("body", b"")
+            if message["type"] != "http.response.body" or len(body) <= self.WRITE_BYTES:
+                return await send(message)
+            view = memoryview(body)
+            for start in range(0, len(body), self.WRITE_BYTES):
+                piece = bytes(view[start : start + self.WRITE_BYTES])
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            if not message.get("more_body", False):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        self.state.responses_in_flight += 1
+        try:
+            await self.app(scope, receive, send_in_pieces)
+        finally:
+            self.state.responses_in_flight -= 1
 
 
 class APIKeyCheck:

@@ -1,8 +1,9 @@
 """`argosy serve`: the HTTP server under uvicorn, with a graceful drain on SIGTERM.
 
 On the first SIGTERM (or SIGINT) /health turns 503 and new requests get 503 while requests
-in flight finish, for at most --shutdown-timeout seconds; whatever is still running then ends
-with an error event, and the process exits 0. A second signal exits at once. If the model
+in flight finish and their responses are sent, for at most --shutdown-timeout seconds in all;
+whatever is still running then ends with an error event, and the process exits 0. A second
+signal exits at once. If the model
 fails to load, or the engine core's process dies, the server exits with a non-zero code."""
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import uvicorn
 
 from argosy.flags import add_flags, config_from_args
 from argosy.server.api.app import build_app
-from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.log_format import configure_logging
 from argosy.server.api.server_config import ServerConfig, resolve_api_key
 from argosy.server.api.server_state import ServerState
@@ -27,6 +27,8 @@ from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.serve")
 ERROR_EVENT_SECONDS = 5.0
+# What uvicorn waits for once the drain is over: only responses the drain already gave up on.
+CUT_RESPONSES_SECONDS = 1.0
 FAILURE_GRACE_SECONDS = 2.0  # for the error responses of a dead core's requests, and probes to see 503
 
 
@@ -70,20 +72,36 @@ class DrainingServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain()))
 
     async def _drain(self) -> None:
-        client = self.state.client
-        if client is not None and not await _finished(client, self.state.config.shutdown_timeout):
-            log.warning("shutdown timeout: ending %d requests", client.num_in_flight)
-            client.abort_all("the server shut down before the request finished")
-            await _finished(client, ERROR_EVENT_SECONDS)  # each stream ends with its error event
+        state = self.state
+        if not await _idle(state, state.config.shutdown_timeout):
+            log.warning(
+                "shutdown timeout: ending %d requests; %d responses unsent",
+                state.client.num_in_flight if state.client else 0,
+                state.responses_in_flight,
+            )
+            if state.client is not None:
+                state.client.abort_all("the server shut down before the request finished")
+            await _idle(state, ERROR_EVENT_SECONDS)  # each stream ends with its error event
         self.should_exit = True
 
 
-async def _finished(client: EngineClient, timeout: float) -> bool:
-    """Waits up to `timeout` seconds for every request in flight to end."""
+async def _idle(state: ServerState, timeout: float) -> bool:
+    """Waits up to `timeout` seconds for every request in flight to end and be sent."""
     deadline = time.monotonic() + timeout
-    while client.num_in_flight and time.monotonic() < deadline:
+    while not state.idle and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    return not client.num_in_flight
+    return state.idle
+
+
+def uvicorn_config(app, config: ServerConfig) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=CUT_RESPONSES_SECONDS,
+    )
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -95,11 +113,6 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(config.log_format)
     app = build_app(config)
     state: ServerState = app.state.argosy
-    server = DrainingServer(
-        uvicorn.Config(
-            app, host=config.host, port=config.port, access_log=False, log_config=None, timeout_graceful_shutdown=5
-        ),
-        state,
-    )
+    server = DrainingServer(uvicorn_config(app, config), state)
     server.run()
     return state.exit_code

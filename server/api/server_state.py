@@ -18,6 +18,7 @@ class ServerState:
     failure: str | None = None  # why the server must exit: the model did not load, or the core died
     exit_code: int = 0  # of `argosy serve`, set with `failure`
     draining: bool = False
+    responses_in_flight: int = 0  # HTTP responses not yet wholly sent (kept by ResponsesInFlight)
 
     def fail(self, reason: str, exit_code: int) -> None:
         self.failure, self.exit_code = reason, exit_code
@@ -25,6 +26,11 @@ class ServerState:
     @property
     def model_name(self) -> str:
         return self.config.model_name
+
+    @property
+    def idle(self) -> bool:
+        """No engine request in flight and no response still being sent: a drain may end."""
+        return (self.client is None or self.client.num_in_flight == 0) and self.responses_in_flight == 0
 
     @property
     def ready(self) -> bool:

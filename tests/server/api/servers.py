@@ -15,11 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from argosy.server.api.app import build_app
-from argosy.server.api.serve_command import DrainingServer
+from argosy.server.api.serve_command import DrainingServer, uvicorn_config
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
@@ -45,17 +44,21 @@ class RunningServer:
         return OpenAI(base_url=f"{self.url}/v1", api_key=kwargs.pop("api_key", "unused"), max_retries=0, **kwargs)
 
     def metric(self, name: str, **labels) -> float:
-        """The value of one series from /metrics (0 if absent)."""
-        want = {"model_name": self.state.model_name, **labels}
-        for family in text_string_to_metric_families(httpx.get(f"{self.url}/metrics").text):
-            for sample in family.samples:
-                if sample.name == name and sample.labels == want:
-                    return sample.value
-        return 0.0
+        return metric(self.url, name, self.state.model_name, **labels)
 
     def sigterm(self) -> None:
         """What SIGTERM does to `argosy serve`: start the drain."""
         self.uvicorn.handle_exit(signal.SIGTERM, None)
+
+
+def metric(url: str, name: str, model: str = MODEL, **labels) -> float:
+    """The value of one series from a server's /metrics (0 if absent)."""
+    want = {"model_name": model, **labels}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == want:
+                return sample.value
+    return 0.0
 
 
 @contextmanager
@@ -68,9 +71,7 @@ def run_server(checkpoint, **settings) -> Iterator[RunningServer]:
     config = ServerConfig(engine=engine, port=free_port(), **settings)
     app = build_app(config)
     state: ServerState = app.state.argosy
-    server = DrainingServer(
-        uvicorn.Config(app, host="127.0.0.1", port=config.port, log_config=None, access_log=False), state
-    )
+    server = DrainingServer(uvicorn_config(app, config), state)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{config.port}"

@@ -11,13 +11,14 @@ import json
 import signal
 import subprocess
 import threading
+import time
 
 import httpx
 
 from argosy.server.exceptions import CheckpointNotFoundError
 from tests.polling import wait_until
 from tests.processes import MODEL, free_port, serve_command, serve_process
-from tests.server.api.servers import paused_core, run_server
+from tests.server.api.servers import metric, paused_core, run_server, send_without_reading
 
 
 def stream_in_background(
@@ -122,3 +123,31 @@ def test_a_missing_checkpoint_exits_with_the_code_the_operator_reads(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == CheckpointNotFoundError.exit_code
     assert f"{tmp_path / 'absent' / 'config.json'}: file not found" in result.stderr
+
+
+def read_slowly(sock, bytes_per_second: float) -> bytes:
+    """Everything until the server closes, at about `bytes_per_second`."""
+    received = bytearray()
+    while chunk := sock.recv(1 << 16):
+        received += chunk
+        time.sleep(len(chunk) / bytes_per_second)  # the slow reader the test is about: no wait for a condition
+    return bytes(received)
+
+
+def test_the_drain_waits_for_a_slow_reader_to_receive_its_response(llama_checkpoint):
+    # Some 17 MB of events, which the client reads at 1 MB/s from the moment of SIGTERM: the
+    # engine is done with them long before the socket is; uvicorn's graceful timeout (5 s) cut it.
+    body = {"model": MODEL, "prompt": "a", "n": 64, "logprobs": 20, "max_tokens": 400, "stream": True}
+    flags = ["--shutdown-timeout", "60", "--max-unread-tokens", str(1 << 22), "--kv-cache-memory", str(32 << 20)]
+    with serve_process(llama_checkpoint, *flags) as server:
+        sock = send_without_reading(server.url, "/v1/completions", {**body, "ignore_eos": True}, receive_buffer=4096)
+        wait_until(lambda: metric(server.url, "argosy_request_success_total", finished_reason="length") == 1, 60)
+        server.popen.send_signal(signal.SIGTERM)
+        wait_until(lambda: "draining" in server.output(), 10, "the drain to start")
+        with sock:
+            received = read_slowly(sock, 1e6)
+        assert server.popen.wait(60) == 0, server.output()[-3000:]
+        printed = server.output()
+    assert received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), received[-200:]
+    assert len(received) > 16 << 20 and b'"error"' not in received  # far more than the sockets buffer
+    assert "Cancel" not in printed and "ERROR" not in printed  # uvicorn cut no response

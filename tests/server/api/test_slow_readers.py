@@ -11,7 +11,7 @@ import httpx
 from tests.checkpoints import build_checkpoint
 from tests.polling import wait_until
 from tests.processes import MODEL, serve_process
-from tests.server.api.servers import send_without_reading
+from tests.server.api.servers import metric, send_without_reading
 
 # One choice per request of the issue that found this: 8 choices, 20 logprobs, 2000 tokens.
 HOSTILE = {
@@ -30,17 +30,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def metric(url: str, name: str, **labels) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    want = {"model_name": MODEL, **labels}
-    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == want:
-                return sample.value
-    return 0.0
 
 
 def never_read(url: str, body: dict, clients: int, ended_before: float) -> list:
