@@ -16,7 +16,7 @@ from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
-from argosy.server.api.middleware import APIKeyCheck, BodySizeLimit, JSONBodies, ResponsesInFlight
+from argosy.server.api.middleware import APIKeyCheck, BodyLimits, JSONBodies, ResponsesInFlight
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
@@ -78,7 +78,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="Argosy", lifespan=lifespan)
     app.state.argosy = state
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, limit=config.max_request_body_bytes)
+    app.add_middleware(BodyLimits, max_bytes=config.max_request_body_bytes, timeout=config.body_timeout)
     app.add_middleware(JSONBodies)
     if config.api_key:
         app.add_middleware(APIKeyCheck, key=config.api_key)

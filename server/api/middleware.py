@@ -1,8 +1,9 @@
 """ASGI middleware in front of every route: the count of responses in flight, the API key on
-/v1/*, JSON bodies on /v1/*, and the body-size limit."""
+/v1/*, JSON bodies on /v1/*, and the body's size and time limits."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 from argosy.server.api.error_responses import ErrorJSONResponse, error_body
@@ -96,29 +97,39 @@ class JSONBodies:
         return await self.app(scope, receive, send)
 
 
-class BodySizeLimit:
-    """Answers 413 to a body larger than `limit` bytes, whether announced or streamed. A
-    streamed body that overflows is answered here, and the app sees a disconnect."""
+class BodyLimits:
+    """Bounds a request body: more than `max_bytes` (announced or streamed) gets 413, a body not
+    wholly received `timeout` seconds after its headers gets 408. Either is answered here, and
+    the app sees a disconnect. Reads after the body (waiting for a disconnect) are not bounded."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, max_bytes: int, timeout: float):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         declared = header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await self._reject(send)
-        received, rejected = 0, False
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._reject(send, *self._too_large())
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        received, body_done, rejected = 0, False, False
 
         async def limited_receive():
-            nonlocal received, rejected
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.limit and not rejected:
+            nonlocal received, body_done, rejected
+            if body_done or rejected:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
                 rejected = True
-                await self._reject(send)
+                await self._reject(send, *self._too_slow())
                 return {"type": "http.disconnect"}
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                rejected = True
+                await self._reject(send, *self._too_large())
+                return {"type": "http.disconnect"}
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
             return message
 
         async def guarded_send(message):
@@ -127,9 +138,15 @@ class BodySizeLimit:
 
         await self.app(scope, limited_receive, guarded_send)
 
-    async def _reject(self, send) -> None:
+    def _too_large(self) -> tuple[int, str, str]:
+        return 413, f"request body exceeds {self.max_bytes} bytes", "request_too_large"
+
+    def _too_slow(self) -> tuple[int, str, str]:
+        return 408, f"the request body did not arrive within {self.timeout:g} s", "request_timeout"
+
+    async def _reject(self, send, status: int, message: str, code: str) -> None:
+        # The rest of the body is never read: the connection cannot carry another request.
         response = ErrorJSONResponse(
-            error_body(f"request body exceeds {self.limit} bytes", "invalid_request_error", code="request_too_large"),
-            status_code=413,
+            error_body(message, "invalid_request_error", code=code), status_code=status, headers={"connection": "close"}
         )
         await response({"type": "http"}, None, send)

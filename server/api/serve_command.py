@@ -19,6 +19,7 @@ import uvicorn
 
 from argosy.flags import add_flags, config_from_args
 from argosy.server.api.app import build_app
+from argosy.server.api.http_protocol import bounded_protocol
 from argosy.server.api.log_format import configure_logging
 from argosy.server.api.server_config import ServerConfig, resolve_api_key
 from argosy.server.api.server_state import ServerState
@@ -101,6 +102,7 @@ def uvicorn_config(app, config: ServerConfig) -> uvicorn.Config:
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=CUT_RESPONSES_SECONDS,
+        http=bounded_protocol(config.header_timeout, config.max_connections),
     )
 
 

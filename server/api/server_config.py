@@ -26,6 +26,9 @@ class ServerConfig:
     max_waiting_requests: int = setting(1024, "queued requests beyond which new ones get 503 + Retry-After")
     shutdown_timeout: float = setting(60.0, "seconds requests in flight may take to finish after SIGTERM")
     max_request_body_bytes: int = setting(8 << 20, "larger request bodies get 413")
+    header_timeout: float = setting(10.0, "seconds a client may take to send a request's headers (then 408)")
+    body_timeout: float = setting(30.0, "seconds a client may take to send a request's body after them (then 408)")
+    max_connections: int = setting(2048, "open connections beyond which new ones get 503 and are closed")
     max_unread_tokens: int = setting(
         1 << 14, "a request whose client leaves more output tokens unread (logprobs included) is aborted"
     )
