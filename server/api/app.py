@@ -17,6 +17,14 @@ from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.middleware import APIKeyCheck, BodyLimits, JSONBodies, ResponsesInFlight
+from argosy.server.api.openapi_spec import (
+    HEALTH_RESPONSES,
+    LIVE_RESPONSES,
+    METRICS_RESPONSES,
+    errors,
+    generation_responses,
+    install_openapi,
+)
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
@@ -78,6 +86,7 @@ def build_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="Argosy", lifespan=lifespan)
     app.state.argosy = state
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(BodyLimits, max_bytes=config.max_request_body_bytes, timeout=config.body_timeout)
     app.add_middleware(JSONBodies)
     if config.api_key:
@@ -103,24 +112,24 @@ def build_app(config: ServerConfig) -> FastAPI:
             )
         return state.client
 
-    @app.get("/health")
+    @app.get("/health", response_class=Response, responses=HEALTH_RESPONSES)
     async def health() -> Response:
         if state.ready:
             return Response(status_code=200)
         reason = "draining" if state.draining else state.failure or "loading"
         return JSONResponse({"status": reason}, status_code=503)
 
-    @app.get("/live")
+    @app.get("/live", response_class=Response, responses=LIVE_RESPONSES)
     async def live() -> Response:
         """Liveness: the process answers (and its engine core runs), draining or not."""
         healthy = state.client is None or state.client.healthy
         return Response(status_code=200 if healthy else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response, responses=METRICS_RESPONSES)
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=errors(401, 503))
     async def models(client: EngineClient = Depends(serving_engine)) -> dict:
         return {
             "object": "list",
@@ -135,11 +144,11 @@ def build_app(config: ServerConfig) -> FastAPI:
             ],
         }
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
         return await create_completion(body, request, state, client)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=generation_responses())
     async def chat(body: ChatCompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
         return await create_chat_completion(body, request, state, client)
 

@@ -10,6 +10,7 @@ import re
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from argosy.server.api.engine_client import EngineFailedError, EngineOverloadedError, EngineStoppedError
@@ -34,8 +35,21 @@ class APIError(Exception):
         self.headers = headers
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error response's body; the OpenAPI document describes them with this model."""
+
+    error: ErrorDetail
+
+
 def error_body(message: str, type: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return ErrorBody(error=ErrorDetail(message=message, type=type, param=param, code=code)).model_dump()
 
 
 def to_api_error(exc: Exception) -> APIError:
@@ -107,7 +121,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         kind = {401: "authentication_error", 404: "not_found_error"}.get(exc.status_code, "invalid_request_error")
-        return error_response(APIError(exc.status_code, str(exc.detail), kind))
+        return error_response(APIError(exc.status_code, str(exc.detail), kind, headers=exc.headers))  # 405: Allow
 
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
