@@ -54,19 +54,25 @@ async def run_engine(state: ServerState) -> None:
             core.process.kill()
             await core.shutdown()
         raise
-    client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics, config.stream_limits)
-    state.metrics.bind_gauges(
-        lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage
-    )
+    try:
+        client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics, config.stream_limits)
+        state.metrics.bind_gauges(
+            lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage
+        )
+        log.info(
+            "model %s loaded: %s blocks of %s tokens; engine core pid %s",
+            state.model_name,
+            ready.stats.kv_blocks_total,
+            config.engine.block_size,
+            core.pid,
+        )
+    except Exception as exc:  # a bug between the core's start and serving: exit, never hang as "loading"
+        log.exception("starting to serve failed")
+        core.process.kill()
+        await core.shutdown()
+        return state.fail(f"starting to serve failed: {type(exc).__name__}: {exc}", ENGINE_DIED_EXIT_CODE)
     state.client = client
-    log.info(
-        "model %s loaded: %s blocks of %s tokens; engine core pid %s",
-        state.model_name,
-        ready.stats.kv_blocks_total,
-        config.engine.block_size,
-        core.pid,
-    )
-    await client.run()
+    await client.run()  # guards its own loop: any failure there ends in client.dead
     if client.dead is not None:
         state.fail(client.dead, ENGINE_DIED_EXIT_CODE)
 

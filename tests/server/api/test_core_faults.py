@@ -4,15 +4,23 @@ exits non-zero so that Kubernetes restarts the pod. If the API process dies, the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 import httpx
 
+from argosy.server.api.app import run_engine
+from argosy.server.api.core_client import CoreClient
+from argosy.server.api.metrics import ServerMetrics
+from argosy.server.api.server_config import ServerConfig
+from argosy.server.api.server_state import ServerState
+from argosy.server.engine_config import EngineConfig
 from tests.polling import wait_until
 from tests.processes import MODEL, serve_process
 from tests.server.api.servers import run_server
@@ -102,3 +110,25 @@ def test_a_failure_delivering_outputs_fails_what_is_in_flight_and_the_server_exi
         assert server.state.exit_code == 70
         wait_until(lambda: core.poll() is not None, what="the core process gone")
         wait_until(lambda: not server.thread.is_alive(), what="the server to exit")
+
+
+async def test_a_failure_between_the_core_starting_and_serving_fails_the_server(llama_checkpoint):
+    """Not loading for ever: the server records why and its code (uvicorn then exits), and the
+    core it started is gone."""
+    config = ServerConfig(engine=EngineConfig(model=str(llama_checkpoint), dtype="float32", kv_cache_memory=8 << 20))
+    state = ServerState(config, ServerMetrics("tiny"))
+    started: list[CoreClient] = []
+    real_init = CoreClient.__init__
+
+    def record(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        started.append(self)
+
+    def broken(*args):
+        raise RuntimeError("binding the gauges broke")
+
+    with mock.patch.object(CoreClient, "__init__", record), mock.patch.object(ServerMetrics, "bind_gauges", broken):
+        await asyncio.wait_for(run_engine(state), 60)
+    assert state.failure == "starting to serve failed: RuntimeError: binding the gauges broke"
+    assert state.exit_code == 70 and state.client is None and not state.ready
+    assert started[0].process.poll() is not None
