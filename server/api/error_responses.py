@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from argosy.server.api.engine_client import EngineFailedError, EngineOverloadedError, EngineStoppedError
+from argosy.server.api.request_stream import StreamStalledError
 from argosy.server.exceptions import InvalidRequestError
 
 log = logging.getLogger("argosy.api")
@@ -66,6 +67,8 @@ def to_api_error(exc: Exception) -> APIError:
             code="overloaded",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
+    if isinstance(exc, StreamStalledError):
+        return APIError(408, str(exc), "invalid_request_error", code="stream_stalled")
     if isinstance(exc, EngineFailedError):
         log.error("request failed: %s", exc)
         return APIError(500, str(exc), "internal_error")

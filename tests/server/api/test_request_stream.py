@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 
 import pytest
 
+from argosy.server.api.error_responses import sse_error
 from argosy.server.api.request_stream import RequestStream, StreamLimits, StreamStalledError, merge_delta
 from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
 
@@ -99,3 +101,8 @@ def test_a_final_output_is_kept_whatever_the_limits():
     s, forgotten = stream(max_unread=1, stall=1.0)
     s.put(delta(0, finished=True), now=0.0)
     assert s.take().finished and not forgotten.calls
+
+
+def test_a_stalled_stream_ends_with_its_own_error_event():
+    event = sse_error(StreamStalledError("the client stopped reading its stream"))
+    assert json.loads(event.removeprefix("data: "))["error"]["code"] == "stream_stalled"

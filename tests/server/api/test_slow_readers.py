@@ -32,6 +32,16 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
+def read_until(sock, end: bytes) -> bytes:
+    sock.settimeout(30)
+    received = bytearray()
+    while end not in received[-len(end) - (1 << 16) :]:
+        chunk = sock.recv(1 << 16)
+        assert chunk, "the server closed before the end of the stream"
+        received += chunk
+    return bytes(received)
+
+
 def never_read(url: str, body: dict, clients: int, ended_before: float) -> list:
     """`clients` requests whose clients never read (4 KB receive buffers), once all have ended."""
     sockets = [send_without_reading(url, "/v1/completions", body, receive_buffer=4096) for _ in range(clients)]
@@ -57,6 +67,9 @@ def test_clients_that_never_read_are_aborted_and_memory_stays_bounded(tmp_path):
             # whole output queued every step grew the server by hundreds of MB a request.
             assert grown < 24 << 20, f"the server grew by {grown >> 20} MiB"
             assert httpx.get(f"{server.url}/health").status_code == 200
+            # A client that reads again finds its stream ended with the reason.
+            events = read_until(sockets[-1], b"data: [DONE]")
+            assert b'"code": "stream_stalled"' in events, events[-500:]
         finally:
             for sock in sockets:
                 sock.close()
