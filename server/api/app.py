@@ -59,6 +59,9 @@ async def run_engine(state: ServerState) -> None:
         state.metrics.bind_gauges(
             lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage
         )
+        state.metrics.describe_cache(
+            config.engine.block_size, ready.stats.kv_blocks_total, config.engine.enable_prefix_caching
+        )
         log.info(
             "model %s loaded: %s blocks of %s tokens; engine core pid %s",
             state.model_name,

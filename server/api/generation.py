@@ -49,6 +49,7 @@ class Generation:
         self.created = int(time.time())
         self._start = time.monotonic()
         self.generated_tokens = 0
+        self._cached_tokens: dict[int, int] = {}  # per prompt: its tokens found in the prefix cache
         self._first_token_time: float | None = None
         self._finish_reasons: dict[tuple[int, int], str] = {}  # (prompt, choice): reason
         self.streams: list[RequestStream] = client.submit_all(requests)
@@ -86,10 +87,15 @@ class Generation:
                 finals[index] = delta
         return [finals[i] for i in range(len(self.requests))]
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict:
         prompt = sum(len(r.prompt_token_ids) for r in self.requests)
         completion = self.generated_tokens
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(self._cached_tokens.values())},
+        }
 
     def close(self) -> None:
         for stream in self.streams:
@@ -97,6 +103,7 @@ class Generation:
 
     def _count(self, index: int, delta: RequestOutput) -> None:
         self.generated_tokens += sum(len(c.token_ids) for c in delta.outputs)
+        self._cached_tokens[index] = delta.num_cached_tokens
         m = delta.metrics
         if self._first_token_time is None and m and m.first_token_time:
             self._first_token_time = m.first_token_time - m.arrival_time

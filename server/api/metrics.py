@@ -1,6 +1,8 @@
 """Prometheus metrics of one server, in its own registry, every series labelled with the
 served model name. Gauges are read at scrape time; counters and histograms are fed by the
-engine client after each core message."""
+engine client after each core message. Each series is exported twice, fed together: under
+Argosy's name and under vLLM's (VLLM_NAMES), the model-server protocol that gateways' endpoint
+pickers and dashboards read."""
 
 from __future__ import annotations
 
@@ -34,6 +36,45 @@ _LATENCY_BUCKETS = (
 )
 
 
+VLLM_NAMES = {
+    "argosy_num_requests_waiting": "vllm:num_requests_waiting",
+    "argosy_num_requests_running": "vllm:num_requests_running",
+    "argosy_kv_cache_usage_ratio": "vllm:kv_cache_usage_perc",
+    "argosy_prompt_tokens_total": "vllm:prompt_tokens_total",
+    "argosy_generation_tokens_total": "vllm:generation_tokens_total",
+    "argosy_request_success_total": "vllm:request_success_total",
+    "argosy_num_preemptions_total": "vllm:num_preemptions_total",
+    "argosy_prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
+    "argosy_prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
+    "argosy_time_to_first_token_seconds": "vllm:time_to_first_token_seconds",
+    "argosy_inter_token_latency_seconds": "vllm:inter_token_latency_seconds",
+    "argosy_e2e_request_latency_seconds": "vllm:e2e_request_latency_seconds",
+    "argosy_request_queue_time_seconds": "vllm:request_queue_time_seconds",
+}
+
+
+class Twins:
+    """One series under both names: what is done to a child is done to both."""
+
+    def __init__(self, *metrics):
+        self.metrics = metrics
+
+    def labels(self, **labels) -> Twins:
+        return Twins(*(m.labels(**labels) for m in self.metrics))
+
+    def inc(self, amount: float = 1) -> None:
+        for m in self.metrics:
+            m.inc(amount)
+
+    def observe(self, value: float) -> None:
+        for m in self.metrics:
+            m.observe(value)
+
+    def set_function(self, read) -> None:
+        for m in self.metrics:
+            m.set_function(read)
+
+
 @dataclass
 class ServerMetrics:
     model_name: str
@@ -42,14 +83,16 @@ class ServerMetrics:
     def __post_init__(self) -> None:
         labels, r = ["model_name"], self.registry
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, labels, registry=r)
+        def gauge(name: str, doc: str) -> Twins:
+            return Twins(*(Gauge(n, doc, labels, registry=r) for n in (name, VLLM_NAMES[name])))
 
-        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-            return Counter(name.removesuffix("_total"), doc, labels + list(extra), registry=r)
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Twins:
+            names = (name, VLLM_NAMES[name])
+            return Twins(*(Counter(n.removesuffix("_total"), doc, labels + list(extra), registry=r) for n in names))
 
-        def histogram(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=r)
+        def histogram(name: str, doc: str) -> Twins:
+            names = (name, VLLM_NAMES[name])
+            return Twins(*(Histogram(n, doc, labels, buckets=_LATENCY_BUCKETS, registry=r) for n in names))
 
         self.waiting = gauge("argosy_num_requests_waiting", "Requests accepted and waiting to be scheduled")
         self.running = gauge("argosy_num_requests_running", "Requests in the running batch")
@@ -66,11 +109,26 @@ class ServerMetrics:
         self.itl = histogram("argosy_inter_token_latency_seconds", "Time between a request's successive tokens")
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
         self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
+        # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
+        for series in (self.prompt_tokens, self.generation_tokens, self.preemptions, self.prefix_queries):
+            self.label(series)
+        for series in (self.prefix_hits, self.ttft, self.itl, self.e2e, self.queue_time):
+            self.label(series)
+        for reason in ("stop", "length", "abort"):
+            self.success.labels(model_name=self.model_name, finished_reason=reason)
         self._last_token_time: dict[str, float] = {}  # of each request in flight that has one
         self._engine_totals = (0, 0, 0)
 
     def label(self, metric):
         return metric.labels(model_name=self.model_name)
+
+    def describe_cache(self, block_size: int, num_blocks: int, prefix_caching: bool) -> None:
+        """vLLM's `cache_config_info`: the KV cache's shape as labels (value 1), which prefix-aware
+        routing reads."""
+        names = ["model_name", "block_size", "num_gpu_blocks", "enable_prefix_caching"]
+        info = Gauge("vllm:cache_config_info", "The KV cache's configuration", names, registry=self.registry)
+        values = (self.model_name, str(block_size), str(num_blocks), str(prefix_caching))
+        info.labels(*values).set(1)
 
     def bind_gauges(self, num_waiting, num_running, kv_usage) -> None:
         """Gauges read these callables whenever Prometheus scrapes."""
