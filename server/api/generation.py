@@ -46,6 +46,7 @@ class Generation:
     def __init__(self, client: EngineClient, request_id: str, requests: list[NewRequest]):
         self.request_id = request_id
         self.requests = requests
+        self.prompt_tokens = sum(len(r.prompt_token_ids) for r in requests)
         self.created = int(time.time())
         self._start = time.monotonic()
         self.generated_tokens = 0
@@ -88,8 +89,7 @@ class Generation:
         return [finals[i] for i in range(len(self.requests))]
 
     def usage(self) -> dict:
-        prompt = sum(len(r.prompt_token_ids) for r in self.requests)
-        completion = self.generated_tokens
+        prompt, completion = self.prompt_tokens, self.generated_tokens
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -120,7 +120,7 @@ class Generation:
             extra={
                 "fields": {
                     "request_id": self.request_id,
-                    "prompt_tokens": sum(len(r.prompt_token_ids) for r in self.requests),
+                    "prompt_tokens": self.prompt_tokens,
                     "generated_tokens": self.generated_tokens,
                     "ttft_s": round(self._first_token_time, 4) if self._first_token_time is not None else None,
                     "total_s": round(time.monotonic() - self._start, 4),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 
-from argosy.server.api.error_responses import ErrorJSONResponse, error_body
+from argosy.server.api.error_responses import APIError, error_response
 
 
 def header(scope, name: bytes) -> bytes | None:
@@ -66,9 +66,8 @@ class APIKeyCheck:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._allowed(scope):
-            response = ErrorJSONResponse(
-                error_body("invalid or missing API key", "authentication_error", code="invalid_api_key"),
-                status_code=401,
+            response = error_response(
+                APIError(401, "invalid or missing API key", "authentication_error", code="invalid_api_key")
             )
             return await response(scope, receive, send)
         return await self.app(scope, receive, send)
@@ -85,13 +84,13 @@ class JSONBodies:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/v1"):
             content_type = header(scope, b"content-type") or b""
             if content_type.split(b";")[0].strip().lower() != b"application/json":
-                response = ErrorJSONResponse(
-                    error_body(
+                response = error_response(
+                    APIError(
+                        415,
                         "the request body must be JSON (Content-Type: application/json)",
                         "invalid_request_error",
                         code="unsupported_media_type",
-                    ),
-                    status_code=415,
+                    )
                 )
                 return await response(scope, receive, send)
         return await self.app(scope, receive, send)
@@ -110,7 +109,7 @@ class BodyLimits:
             return await self.app(scope, receive, send)
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._reject(send, *self._too_large())
+            return await self._reject(send, self._too_large())
         deadline = asyncio.get_running_loop().time() + self.timeout
         received, body_done, rejected = 0, False, False
 
@@ -122,12 +121,12 @@ class BodyLimits:
                 message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
             except asyncio.TimeoutError:
                 rejected = True
-                await self._reject(send, *self._too_slow())
+                await self._reject(send, self._too_slow())
                 return {"type": "http.disconnect"}
             received += len(message.get("body", b""))
             if received > self.max_bytes:
                 rejected = True
-                await self._reject(send, *self._too_large())
+                await self._reject(send, self._too_large())
                 return {"type": "http.disconnect"}
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             return message
@@ -138,15 +137,15 @@ class BodyLimits:
 
         await self.app(scope, limited_receive, guarded_send)
 
-    def _too_large(self) -> tuple[int, str, str]:
-        return 413, f"request body exceeds {self.max_bytes} bytes", "request_too_large"
+    def _too_large(self) -> APIError:
+        message = f"request body exceeds {self.max_bytes} bytes"
+        return APIError(413, message, "invalid_request_error", code="request_too_large")
 
-    def _too_slow(self) -> tuple[int, str, str]:
-        return 408, f"the request body did not arrive within {self.timeout:g} s", "request_timeout"
+    def _too_slow(self) -> APIError:
+        message = f"the request body did not arrive within {self.timeout:g} s"
+        return APIError(408, message, "invalid_request_error", code="request_timeout")
 
-    async def _reject(self, send, status: int, message: str, code: str) -> None:
+    async def _reject(self, send, error: APIError) -> None:
         # The rest of the body is never read: the connection cannot carry another request.
-        response = ErrorJSONResponse(
-            error_body(message, "invalid_request_error", code=code), status_code=status, headers={"connection": "close"}
-        )
-        await response({"type": "http"}, None, send)
+        error.headers = {**(error.headers or {}), "connection": "close"}
+        await error_response(error)({"type": "http"}, None, send)

@@ -41,7 +41,7 @@ def merge_delta(into: RequestOutput, delta: RequestOutput) -> None:
             continue
         old.text += new.text
         old.token_ids += new.token_ids
-        if new.logprobs is not None:  # each delta's lists are its own (the OutputProcessor slices)
+        if new.logprobs is not None:  # each delta's lists are its own: the OutputProcessor hands them over
             if old.logprobs is None:
                 old.logprobs = new.logprobs
             else:
