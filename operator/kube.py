@@ -39,10 +39,12 @@ DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
 SERVICE = Kind("", "v1", "services", "Service")
 PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
+INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool")
+HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 POD = Kind("", "v1", "pods", "Pod")
 INFERENCE_SERVICE = Kind(GROUP, VERSION, PLURAL, KIND)
 # What the operator creates (pods through the Deployment), and so watches.
-OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, SCALED_OBJECT)
+OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
 
 
 # (connect, read) seconds: a hung connection must not hold a service's reconcile lock forever.

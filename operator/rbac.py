@@ -11,6 +11,8 @@ RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("", ("services",), ("get", "list", "watch", "create", "patch")),
     ("policy", ("poddisruptionbudgets",), ("get", "list", "watch", "create", "patch")),
     ("keda.sh", ("scaledobjects",), ("get", "list", "watch", "create", "patch", "delete")),
+    ("inference.networking.k8s.io", ("inferencepools",), ("get", "list", "watch", "create", "patch", "delete")),
+    ("gateway.networking.k8s.io", ("httproutes",), ("get", "list", "watch", "create", "patch", "delete")),
     ("", ("pods",), ("list", "watch")),
     ("", ("events",), ("create",)),
 ]

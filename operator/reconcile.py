@@ -13,12 +13,32 @@ from pydantic import ValidationError
 
 from argosy.operator.deployment import build_deployment
 from argosy.operator.drift import differences, last_applied, merge_patch, with_last_applied
-from argosy.operator.kube import DEPLOYMENT, PDB, POD, SCALED_OBJECT, SERVICE, Kind, KindNotInstalled, KubeClient
+from argosy.operator.kube import (
+    DEPLOYMENT,
+    HTTP_ROUTE,
+    INFERENCE_POOL,
+    PDB,
+    POD,
+    SCALED_OBJECT,
+    SERVICE,
+    Kind,
+    KindNotInstalled,
+    KubeClient,
+)
 from argosy.operator.labels import selector_string
+from argosy.operator.routing import build_http_route, build_inference_pool
+from argosy.operator.routing_status import routing_problem
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.service import build_pdb, build_service
 from argosy.operator.spec import InferenceServiceSpec, Owner
 from argosy.operator.status import Problem, compute_status
+
+# Kinds that come with add-ons: what the service needs them for, reported when they are missing.
+ADD_ON_KINDS = {
+    SCALED_OBJECT: ("KEDANotInstalled", "autoscaling needs KEDA"),
+    INFERENCE_POOL: ("InferencePoolNotInstalled", "routing needs the Gateway API Inference Extension's CRDs"),
+    HTTP_ROUTE: ("GatewayAPINotInstalled", "a route needs the Gateway API's CRDs"),
+}
 
 
 @dataclass
@@ -35,8 +55,24 @@ def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind
         (PDB, build_pdb(owner, spec)),
     ]
     if spec.autoscaling is not None:
-        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec.autoscaling)))
+        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec.autoscaling, spec.routing)))
+    if spec.routing is not None:
+        objects.append((INFERENCE_POOL, build_inference_pool(owner, spec.routing)))
+        if spec.routing.route is not None:
+            objects.append((HTTP_ROUTE, build_http_route(owner, spec, spec.routing.route)))
     return objects
+
+
+def dropped_kinds(spec: InferenceServiceSpec) -> list[Kind]:
+    """Optional kinds the spec no longer asks for, in the order they go: the ScaledObject
+    before the replica count returns to the Deployment, a route before the pool it sends to."""
+    routing = spec.routing
+    dropped = [
+        (SCALED_OBJECT, spec.autoscaling is None),
+        (HTTP_ROUTE, routing is None or routing.route is None),
+        (INFERENCE_POOL, routing is None),
+    ]
+    return [kind for kind, gone in dropped if gone]
 
 
 def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
@@ -49,18 +85,20 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     except ValidationError as exc:  # the CRD schema should have stopped this
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
-    if spec.autoscaling is None and _remove_scaled_object(kube, owner):  # before the replica count returns
-        changes.append(f"deleted ScaledObject {owner.name}")
-    deployment: dict[str, Any] | None = None
+    for kind in dropped_kinds(spec):
+        if _remove(kube, kind, owner):
+            changes.append(f"deleted {kind.kind} {owner.name}")
+    applied: dict[Kind, dict[str, Any]] = {}
     for kind, desired in desired_objects(owner, spec):
         try:
-            change, live = apply(kube, kind, desired, owner)
+            change, applied[kind] = apply(kube, kind, desired, owner)
         except NotOwned as exc:
             problem = problem or Problem("ResourceConflict", str(exc), retryable=True)
         except KindNotInstalled:
+            reason, need = ADD_ON_KINDS[kind]
             problem = problem or Problem(
-                "KEDANotInstalled",
-                "autoscaling needs KEDA: the ScaledObject kind (keda.sh/v1alpha1) is not served by this cluster",
+                reason,
+                f"{need}: the {kind.kind} kind ({kind.api_version}) is not served by this cluster",
                 retryable=True,
             )
         except ApiException as exc:
@@ -70,13 +108,14 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
         else:
             if change:
                 changes.append(f"{change} {kind.kind} {owner.name}")
-            if kind == DEPLOYMENT:
-                deployment = live
+    deployment = applied.get(DEPLOYMENT)
     pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
     min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
-    return ReconcileResult(
-        compute_status(owner, deployment, pods, problem, previous, _now(), min_ready), problem, changes
+    routing = routing_problem(
+        owner, spec.routing and spec.routing.route, applied.get(INFERENCE_POOL), applied.get(HTTP_ROUTE)
     )
+    status = compute_status(owner, deployment, pods, problem, previous, _now(), min_ready, routing)
+    return ReconcileResult(status, problem, changes)
 
 
 class NotOwned(Exception):
@@ -107,14 +146,14 @@ def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -
     return None, live
 
 
-def _remove_scaled_object(kube: KubeClient, owner: Owner) -> bool:
+def _remove(kube: KubeClient, kind: Kind, owner: Owner) -> bool:
     try:
-        live = kube.get(SCALED_OBJECT, owner.namespace, owner.name)
+        live = kube.get(kind, owner.namespace, owner.name)
     except ApiException:
         return False
     if live is None or not _owned(live, owner):
         return False
-    kube.delete(SCALED_OBJECT, owner.namespace, owner.name)
+    kube.delete(kind, owner.namespace, owner.name)
     return True
 
 

@@ -5,16 +5,25 @@ exports that gauge with a `model_name` label only; which pod a series comes from
 the `namespace` and `pod` labels that Prometheus attaches when it scrapes Kubernetes pods (a
 PodMonitor does by default; a `kubernetes_sd_configs` pod job does with the usual relabelling
 of `__meta_kubernetes_namespace` and `__meta_kubernetes_pod_name`). Deployment pods are named
-`<deployment>-<template hash>-<5 characters>`, which the pod regex matches and nothing else."""
+`<deployment>-<template hash>-<5 characters>`, which the pod regex matches and nothing else.
+
+With routing, a second trigger reads the requests the Endpoint Picker holds for this pool in its
+flow-control queue. That gauge lives on the picker, not on the pods, so it still answers at
+zero replicas: one held request activates the ScaledObject and KEDA starts the first pod, while
+the picker holds the request. The picker labels the gauge with its pool's bare name
+(`inference_pool`); Prometheus adds the picker pod's `namespace`, the pool's own, since a pool's
+picker Service lives in the pool's namespace. llm-d's router exports the gauge under its new
+name and, for now, also under the deprecated one: the query takes the new one when present."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from argosy.operator.labels import metadata
-from argosy.operator.spec import AutoscalingSpec, Owner
+from argosy.operator.spec import AutoscalingSpec, Owner, RoutingSpec
 
 WAITING_METRIC = "argosy_num_requests_waiting"
+HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 
 
 def waiting_requests_query(owner: Owner) -> str:
@@ -22,8 +31,18 @@ def waiting_requests_query(owner: Owner) -> str:
     return f'sum({WAITING_METRIC}{{namespace="{owner.namespace}",pod=~"{pods}"}}) or vector(0)'
 
 
-def build_scaled_object(owner: Owner, autoscaling: AutoscalingSpec) -> dict[str, Any]:
+def held_requests_query(owner: Owner) -> str:
+    pool = f'namespace="{owner.namespace}",inference_pool="{owner.name}"'
+    return " or ".join([*(f"sum({metric}{{{pool}}})" for metric in HELD_METRICS), "vector(0)"])
+
+
+def build_scaled_object(
+    owner: Owner, autoscaling: AutoscalingSpec, routing: RoutingSpec | None = None
+) -> dict[str, Any]:
     a = autoscaling
+    queries = {"waiting-requests": waiting_requests_query(owner)}
+    if routing is not None:
+        queries["held-requests"] = held_requests_query(owner)
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name},
         "minReplicaCount": a.minReplicas,
@@ -52,17 +71,22 @@ def build_scaled_object(owner: Owner, autoscaling: AutoscalingSpec) -> dict[str,
         "triggers": [
             {
                 "type": "prometheus",
+                "name": name,
                 "metricType": "AverageValue",
                 "metadata": {
                     "serverAddress": a.prometheusAddress,
-                    "query": waiting_requests_query(owner),
+                    "query": query,
                     "threshold": _number(a.targetWaitingRequests),
+                    # Active above 0: a single waiting or held request keeps (or brings) one pod.
                     "activationThreshold": "0",
                     "ignoreNullValues": "true",
                 },
             }
+            for name, query in queries.items()
         ],
     }
+    if a.minReplicas == 0:  # KEDA waits this long after the last activity before going to zero
+        spec["cooldownPeriod"] = a.scaleDownStabilizationSeconds
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": metadata(owner), "spec": spec}
 
 

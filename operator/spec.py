@@ -219,9 +219,68 @@ class EngineSpec(KubeModel):
     )
 
 
+class EndpointPickerSpec(KubeModel):
+    """The Endpoint Picker (EPP) Service in this namespace that picks a pod for each request,
+    e.g. llm-d's router installed with its chart (its Service is `<release>-epp`)."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the picker's Service.")
+    port: int = Field(9002, ge=1, le=65535, description="The picker's ext-proc (gRPC) port.")
+    failureMode: Literal["FailOpen", "FailClose"] = Field(
+        "FailClose",
+        description=(
+            "What the Gateway does when the picker does not answer: FailClose refuses the request, FailOpen "
+            "sends it to any pod of the pool."
+        ),
+    )
+
+
+class GatewayRef(KubeModel):
+    """The Gateway an HTTPRoute attaches to."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Gateway.")
+    namespace: str | None = Field(
+        None, max_length=63, description="Namespace of the Gateway; default: the InferenceService's."
+    )
+    sectionName: str | None = Field(None, max_length=253, description="The Gateway listener to attach to.")
+
+
+class RouteSpec(KubeModel):
+    """An HTTPRoute that sends the Gateway's requests for the model to the InferencePool."""
+
+    gateway: GatewayRef
+    hostnames: list[Annotated[str, Field(min_length=1, max_length=253, description="A host name.")]] = Field(
+        default_factory=list, max_length=16, description="Host names the route matches; default: any."
+    )
+    pathPrefix: str = Field("/", pattern="^/", max_length=1024, description="Request paths the route matches.")
+    matchModelHeader: bool = Field(
+        False,
+        description=(
+            "Match only requests whose X-Gateway-Model-Name header is spec.model.name (the Inference "
+            "Extension's body-based router sets it from the request's model field), so that several models "
+            "share one Gateway and path."
+        ),
+    )
+    requestTimeoutSeconds: int = Field(
+        300,
+        ge=0,
+        le=86400,
+        description="Longest a request may take through the Gateway (long generations and streams); 0: no limit.",
+    )
+
+
+class RoutingSpec(KubeModel):
+    """When present, the pods join an InferencePool (inference.networking.k8s.io/v1) whose
+    Endpoint Picker routes each request by the pods' queue depth, KV-cache use and prefix
+    affinity, read from their vllm:* metrics."""
+
+    endpointPicker: EndpointPickerSpec
+    route: RouteSpec | None = None
+
+
 class AutoscalingSpec(KubeModel):
     """When present, a KEDA ScaledObject scales the pods on the waiting-queue depth
-    (argosy_num_requests_waiting) read from Prometheus."""
+    (argosy_num_requests_waiting) read from Prometheus; with routing, also on the requests the
+    Endpoint Picker holds, which lets it scale from zero."""
 
     model_config = ConfigDict(
         json_schema_extra=rules(
@@ -235,10 +294,10 @@ class AutoscalingSpec(KubeModel):
 
     minReplicas: int = Field(
         1,
-        ge=1,
+        ge=0,
         description=(
-            "At least 1: the queue-depth signal lives on the pods, so from zero replicas nothing could scale the "
-            "service up again."
+            "0 only with spec.routing: the pods' queue-depth signal vanishes with the pods, and only the "
+            "Endpoint Picker's queue of held requests can wake the service again."
         ),
     )
     maxReplicas: int = Field(ge=1, le=1000, description="Most replicas KEDA may run.")
@@ -277,6 +336,17 @@ class RolloutSpec(KubeModel):
 class InferenceServiceSpec(KubeModel):
     """What to serve and how."""
 
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!has(self.autoscaling) || self.autoscaling.minReplicas > 0 || has(self.routing)",
+                "spec.autoscaling.minReplicas may be 0 only with spec.routing: without the Endpoint Picker "
+                "holding requests, nothing could scale the service up from zero",
+                ".autoscaling.minReplicas",
+            )
+        )
+    )
+
     model: ModelSpec
     engine: EngineSpec = Field(default_factory=EngineSpec)
     image: str = Field(DEFAULT_IMAGE, min_length=1, description="The Argosy image running `argosy serve`.")
@@ -289,6 +359,7 @@ class InferenceServiceSpec(KubeModel):
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
     replicas: int = Field(1, ge=0, description="Replicas when autoscaling is off (also set by `kubectl scale`).")
     autoscaling: AutoscalingSpec | None = None
+    routing: RoutingSpec | None = None
     nodeSelector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels, merged with spec.model.nodeSelector."
     )

@@ -78,23 +78,29 @@ def compute_status(
     previous: list[dict[str, Any]],
     now: str,
     min_ready: int | None = None,
+    routing: Problem | None = None,
 ) -> dict[str, Any]:
     """min_ready: with autoscaling, the replicas that make the service ready (the HPA moves
-    the desired count up and down; that is not a rollout). Without, all desired replicas."""
+    the desired count up and down; that is not a rollout). Without, all desired replicas.
+    routing: why the Gateway does not route to the pods yet; it decides once the pods are
+    fine, or at once when someone must act."""
     dep_status = (deployment or {}).get("status") or {}
     desired = ((deployment or {}).get("spec") or {}).get("replicas", 1)
     ready = dep_status.get("readyReplicas", 0)
     needed = desired if min_ready is None else min(desired, min_ready)
     rolled_out = deployment is not None and _rolled_out(deployment, desired, autoscaled=min_ready is not None)
-    if problem is None and deployment is not None and not (rolled_out and ready >= needed):
+    serving = rolled_out and ready >= needed
+    if problem is None and deployment is not None and not serving:
         problem = _deployment_problem(deployment) or diagnose_pods(pods)
+    if problem is None and routing is not None and (routing.stalled or serving):
+        problem = routing
     if problem is not None:
         state = ("False", problem.reason, problem.message)
     elif deployment is None:
         state = ("False", "Pending", "the Deployment has not been created yet")
     elif rolled_out and desired == 0:
         state = ("True", "ScaledToZero", "no replicas are wanted")
-    elif rolled_out and ready >= needed:
+    elif serving:
         state = ("True", "Available", f"{ready}/{desired} replicas ready")
     else:
         state = ("False", "Progressing", f"{ready}/{desired} replicas ready")

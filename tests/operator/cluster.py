@@ -23,6 +23,14 @@ DEPLOYMENTS = kmock.resource("apps", "v1", "deployments")
 SERVICES = kmock.resource("", "v1", "services")
 PDBS = kmock.resource("policy", "v1", "poddisruptionbudgets")
 SCALED_OBJECTS = kmock.resource("keda.sh", "v1alpha1", "scaledobjects")
+INFERENCE_POOLS = kmock.resource("inference.networking.k8s.io", "v1", "inferencepools")
+HTTP_ROUTES = kmock.resource("gateway.networking.k8s.io", "v1", "httproutes")
+# Each add-on's kinds: (resource, kind, singular).
+ADD_ONS = {
+    "keda": [(SCALED_OBJECTS, "ScaledObject", "scaledobject")],
+    "inference-extension": [(INFERENCE_POOLS, "InferencePool", "inferencepool")],
+    "gateway-api": [(HTTP_ROUTES, "HTTPRoute", "httproute")],
+}
 NS = "llm"
 _current: dict[str, Any] = {}  # this test's emulator and its URL
 
@@ -37,8 +45,11 @@ def login_to_the_emulator(**_: Any) -> kopf.ConnectionInfo:
     return kopf.ConnectionInfo(server=_current["url"], insecure=True, token="test-token")
 
 
-def declare_resources(emulator: ClusterEmulator, keda: bool) -> None:
+def declare_resources(emulator: ClusterEmulator, *add_ons: str) -> None:
+    """The built-in kinds, the InferenceService, and the kinds of the add-ons named."""
     emulator.resources.load_bundled()
+    for resource in [r for r in emulator.resources if r.group == "gateway.networking.k8s.io"]:
+        del emulator.resources[resource]  # bundled with the emulator, yet an add-on of real clusters
     names = CRD["spec"]["names"]
     emulator.resources[AIS] = kmock.ResourceInfo(
         namespaced=True,
@@ -48,11 +59,11 @@ def declare_resources(emulator: ClusterEmulator, keda: bool) -> None:
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
         subresources={"status", "scale"},
     )
-    if keda:
-        emulator.resources[SCALED_OBJECTS] = kmock.ResourceInfo(
+    for resource, kind, singular in (kind for add_on in add_ons for kind in ADD_ONS[add_on]):
+        emulator.resources[resource] = kmock.ResourceInfo(
             namespaced=True,
-            kind="ScaledObject",
-            singular="scaledobject",
+            kind=kind,
+            singular=singular,
             verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
             subresources={"status"},
         )

@@ -1,4 +1,4 @@
-"""The `cluster` fixture: an emulated API server with the CRD (and KEDA's) served, and a
+"""The `cluster` fixture: an emulated API server with the CRD (and the add-ons') served, and a
 kubeconfig pointing at it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import kmock
 import pytest
 import yaml
 
-from tests.operator.cluster import declare_resources, point_kopf_at
+from tests.operator.cluster import ADD_ONS, declare_resources, point_kopf_at
 from tests.operator.emulator import ClusterEmulator
 
 
@@ -15,7 +15,7 @@ from tests.operator.emulator import ClusterEmulator
 async def cluster(tmp_path, monkeypatch):
     async with ClusterEmulator() as emulator, kmock.Server(emulator) as server:
         emulator.failures = {}
-        declare_resources(emulator, keda=True)
+        declare_resources(emulator, *ADD_ONS)
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(
             yaml.safe_dump(

@@ -92,3 +92,24 @@ def admit(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if not errors:
         errors = cel_failures(schema, defaulted)
     return defaulted, errors
+
+
+# The add-ons' own CRDs, kept beside the repository as reference data: KEDA v2.20, the
+# Inference Extension's InferencePool and the Gateway API's HTTPRoute (standard channel).
+ADD_ON_CRDS = {
+    "ScaledObject": ROOT.parent / "shared" / "keda" / "keda.sh_scaledobjects.yaml",
+    "InferencePool": ROOT.parent / "shared" / "gateway-api" / "inference.networking.k8s.io_inferencepools.yaml",
+    "HTTPRoute": ROOT.parent / "shared" / "gateway-api" / "gateway.networking.k8s.io_httproutes.yaml",
+}
+
+
+def add_on_rejections(obj: dict[str, Any]) -> list[str]:
+    """Why the add-on's API server would reject `obj`: its CRD's schema for the version the
+    object names, then the CRD's CEL rules."""
+    crd = yaml.safe_load(ADD_ON_CRDS[obj["kind"]].read_text())
+    version = obj["apiVersion"].rsplit("/", 1)[-1]
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+    defaulted = apply_defaults(schema, obj)
+    validator = jsonschema.Draft7Validator(to_jsonschema(schema))
+    errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(defaulted)]
+    return errors or cel_failures(schema, defaulted)

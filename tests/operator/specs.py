@@ -14,6 +14,7 @@ AUTOSCALING = {
     "targetWaitingRequests": 5,
     "prometheusAddress": "http://prometheus.monitoring:9090",
 }
+ROUTING = {"endpointPicker": {"name": "llama-epp"}}
 
 SPECS = {
     "plain-gpu": {"model": MODEL, "resources": {"limits": {"nvidia.com/gpu": 1}}},
@@ -83,5 +84,20 @@ SPECS = {
         "startupTimeoutSeconds": 3600,
         "shmSize": "8Gi",
         "disruptionBudget": {"maxUnavailable": "50%"},
+    },
+    "pool-only": {"model": MODEL, "routing": ROUTING},
+    "routed-from-zero": {
+        "model": MODEL,
+        "autoscaling": {**AUTOSCALING, "minReplicas": 0, "scaleDownStabilizationSeconds": 600},
+        "routing": {
+            "endpointPicker": {"name": "llama-epp", "port": 9102, "failureMode": "FailOpen"},
+            "route": {
+                "gateway": {"name": "inference-gateway", "namespace": "gateways", "sectionName": "https"},
+                "hostnames": ["llm.example.com"],
+                "pathPrefix": "/v1",
+                "matchModelHeader": True,
+                "requestTimeoutSeconds": 900,
+            },
+        },
     },
 }

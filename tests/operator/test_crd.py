@@ -9,9 +9,10 @@ import pytest
 
 from argosy.operator import crd
 from tests.operator.crd_schema import admit, load_crd, openapi_schema
-from tests.operator.specs import AUTOSCALING, MODEL, SPECS
+from tests.operator.specs import AUTOSCALING, MODEL, ROUTING, SPECS
 
 CRD = load_crd()
+ROUTE = {"gateway": {"name": "inference-gateway"}}
 
 
 def resource(spec: dict) -> dict:
@@ -76,7 +77,16 @@ BAD = [
     (with_("startupTimeoutSeconds", 5), ["spec.startupTimeoutSeconds"]),
     (with_("shmSize", "lots"), ["spec.shmSize"]),
     (with_("modle", {}), ["spec", "modle"]),
-    (with_("autoscaling.minReplicas", 0), ["spec.autoscaling.minReplicas", "minimum"]),
+    (with_("autoscaling.minReplicas", 0), ["spec.autoscaling.minReplicas", "only with spec.routing"]),
+    (with_("autoscaling.minReplicas", -1), ["spec.autoscaling.minReplicas", "minimum"]),
+    (with_("routing", {}), ["spec.routing", "endpointPicker", "required"]),
+    (with_("routing", {"endpointPicker": {"port": 9002}}), ["spec.routing.endpointPicker", "name", "required"]),
+    (with_("routing", {"endpointPicker": {"name": ""}}), ["spec.routing.endpointPicker.name"]),
+    (with_("routing", {**ROUTING, "route": {}}), ["spec.routing.route", "gateway", "required"]),
+    (with_("routing", {**ROUTING, "route": {"gateway": {}}}), ["spec.routing.route.gateway", "name", "required"]),
+    (with_("routing.endpointPicker", {"name": "epp", "port": 0}), ["spec.routing.endpointPicker.port"]),
+    (with_("routing.endpointPicker", {"name": "epp", "failureMode": "Retry"}), ["spec.routing.endpointPicker"]),
+    (with_("routing", {**ROUTING, "route": {**ROUTE, "pathPrefix": "v1"}}), ["spec.routing.route.pathPrefix"]),
     (with_("disruptionBudget", {"maxUnavailable": -1}), ["spec.disruptionBudget.maxUnavailable"]),
     (with_("disruptionBudget", {"maxUnavailable": "1"}), ["spec.disruptionBudget.maxUnavailable"]),
     (with_("rollout", {"maxSurge": 0, "maxUnavailable": "0%"}), ["spec.rollout", "both be zero"]),
@@ -107,7 +117,7 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 6
+    assert len(rules) == 7
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]

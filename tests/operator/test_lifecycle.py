@@ -220,7 +220,7 @@ async def test_a_deployment_we_do_not_own_is_left_alone_and_reported(cluster):
 
 async def test_missing_keda_is_reported_retried_with_backoff_and_recovers(cluster):
     cluster.resources.clear()
-    declare_resources(cluster, keda=False)
+    declare_resources(cluster)
 
     def attempts() -> int:
         return sum(1 for r in cluster if r.method.value == "POST" and "/scaledobjects" in str(r.url))
@@ -239,7 +239,7 @@ async def test_missing_keda_is_reported_retried_with_backoff_and_recovers(cluste
         assert datetime.fromisoformat(progress["delayed"]) - datetime.fromisoformat(progress["started"]) >= timedelta(
             seconds=9
         )
-        declare_resources(cluster, keda=True)  # KEDA gets installed
+        declare_resources(cluster, "keda")  # KEDA gets installed
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"), timeout=30)
         assert attempts() == 5  # nothing tried between the failures and the retry
         await eventually(lambda: ready_condition(live(cluster, AIS, "llama"))["reason"] == "Progressing")

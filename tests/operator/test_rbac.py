@@ -7,6 +7,8 @@ from argosy.operator.rbac import RULES
 from tests.operator.cluster import (
     AIS,
     DEPLOYMENTS,
+    HTTP_ROUTES,
+    INFERENCE_POOLS,
     PDBS,
     SCALED_OBJECTS,
     SERVICES,
@@ -47,7 +49,8 @@ def granted() -> set[tuple[str, str, str]]:
 async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
     async with running_operator():
         autoscaling = {"maxReplicas": 3, "prometheusAddress": "http://prometheus:9090"}
-        await cluster.post(path(AIS), json=inference_service(autoscaling=autoscaling))
+        routing = {"endpointPicker": {"name": "llama-epp"}, "route": {"gateway": {"name": "gw"}}}
+        await cluster.post(path(AIS), json=inference_service(autoscaling=autoscaling, routing=routing))
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama"))
         await mark_deployment_ready(cluster, "llama", ready=1)
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": {"maxReplicas": 5}}})
@@ -56,11 +59,14 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
             (SERVICES, {"spec": {"selector": {"app": "x"}}}),
             (PDBS, {"spec": {"maxUnavailable": 0}}),
             (SCALED_OBJECTS, {"spec": {"maxReplicaCount": 99}}),
+            (INFERENCE_POOLS, {"spec": {"targetPorts": [{"number": 9999}]}}),
+            (HTTP_ROUTES, {"spec": {"parentRefs": [{"name": "other"}]}}),
         ):  # someone's hand edits
             await patch(cluster, resource, "llama", drift)
             await eventually(lambda r=resource, d=drift: _restored(live(cluster, r, "llama")["spec"], d["spec"]))
-        await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None}})
+        await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None, "routing": None}})
         await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
+        await eventually(lambda: live(cluster, INFERENCE_POOLS, "llama") is None)
         await eventually(lambda: granted() <= used(cluster), what="every granted call")
     assert used(cluster) <= granted(), used(cluster) - granted()
     # The Deployment, Service and pod watches were filtered by the API server.

@@ -1,0 +1,59 @@
+"""InferenceService -> the InferencePool that puts its pods behind an Endpoint Picker, and the
+HTTPRoute that sends a Gateway's traffic for the model to that pool.
+
+The pool selects exactly the pods the Service selects, on the server's port; the picker (llm-d's
+router, installed with its own chart) reads their `vllm:*` metrics and picks a pod for each
+request. The route is optional: without it the pool is there for a route of the user's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from argosy.operator.labels import metadata, selector_labels
+from argosy.operator.spec import SERVER_PORT, InferenceServiceSpec, Owner, RouteSpec, RoutingSpec
+
+POOL_API_VERSION = "inference.networking.k8s.io/v1"
+ROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
+# Set by the Inference Extension's body-based router from the request body's `model` field.
+MODEL_HEADER = "X-Gateway-Model-Name"
+
+
+def build_inference_pool(owner: Owner, routing: RoutingSpec) -> dict[str, Any]:
+    picker = routing.endpointPicker
+    return {
+        "apiVersion": POOL_API_VERSION,
+        "kind": "InferencePool",
+        "metadata": metadata(owner),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(owner)},
+            "targetPorts": [{"number": SERVER_PORT}],
+            "endpointPickerRef": {
+                "kind": "Service",
+                "name": picker.name,
+                "port": {"number": picker.port},
+                "failureMode": picker.failureMode,
+            },
+        },
+    }
+
+
+def build_http_route(owner: Owner, spec: InferenceServiceSpec, route: RouteSpec) -> dict[str, Any]:
+    gateway = route.gateway
+    parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
+    if gateway.namespace:
+        parent["namespace"] = gateway.namespace
+    if gateway.sectionName:
+        parent["sectionName"] = gateway.sectionName
+    match: dict[str, Any] = {"path": {"type": "PathPrefix", "value": route.pathPrefix}}
+    if route.matchModelHeader:
+        match["headers"] = [{"type": "Exact", "name": MODEL_HEADER, "value": spec.model.name}]
+    rule: dict[str, Any] = {
+        "matches": [match],
+        "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name}],
+        # Gateways' own defaults (Envoy's is 15 s) would cut long generations short; "0s" is none.
+        "timeouts": {"request": f"{route.requestTimeoutSeconds}s"},
+    }
+    route_spec: dict[str, Any] = {"parentRefs": [parent], "rules": [rule]}
+    if route.hostnames:
+        route_spec["hostnames"] = list(route.hostnames)
+    return {"apiVersion": ROUTE_API_VERSION, "kind": "HTTPRoute", "metadata": metadata(owner), "spec": route_spec}

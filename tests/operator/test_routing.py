@@ -1,0 +1,234 @@
+"""Routing: the InferencePool and HTTPRoute the operator builds, the scale-from-zero trigger,
+every generated PromQL query checked by promtool, and the status read from the Gateway's
+conditions on the route and the pool."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from argosy.operator.deployment import build_deployment
+from argosy.operator.reconcile import desired_objects, dropped_kinds
+from argosy.operator.routing_status import routing_problem
+from argosy.operator.scaledobject import build_scaled_object, held_requests_query, waiting_requests_query
+from argosy.operator.service import build_service
+from argosy.operator.spec import InferenceServiceSpec
+from argosy.operator.status import compute_status
+from tests.operator.specs import SPECS
+from tests.operator.test_builders import OWNER, spec_of
+
+
+def objects_of(name: str) -> dict[str, dict]:
+    return {kind.kind: obj for kind, obj in desired_objects(OWNER, spec_of(name))}
+
+
+def test_the_pool_selects_exactly_the_services_pods_and_names_the_picker():
+    objects = objects_of("routed-from-zero")
+    pool = objects["InferencePool"]
+    assert pool["apiVersion"] == "inference.networking.k8s.io/v1"
+    assert pool["spec"]["selector"]["matchLabels"] == build_service(OWNER)["spec"]["selector"]
+    deployment = build_deployment(OWNER, spec_of("routed-from-zero"))
+    assert pool["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert pool["spec"]["targetPorts"] == [{"number": 8000}]
+    assert pool["spec"]["endpointPickerRef"] == {
+        "kind": "Service",
+        "name": "llama-epp",
+        "port": {"number": 9102},
+        "failureMode": "FailOpen",
+    }
+    assert pool["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    assert pool["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "argosy-operator"
+    defaults = objects_of("pool-only")["InferencePool"]["spec"]["endpointPickerRef"]
+    assert defaults["port"] == {"number": 9002} and defaults["failureMode"] == "FailClose"
+
+
+def test_the_route_sends_the_gateways_traffic_for_the_model_to_the_pool():
+    route = objects_of("routed-from-zero")["HTTPRoute"]
+    assert route["spec"]["parentRefs"] == [
+        {
+            "group": "gateway.networking.k8s.io",
+            "kind": "Gateway",
+            "name": "inference-gateway",
+            "namespace": "gateways",
+            "sectionName": "https",
+        }
+    ]
+    assert route["spec"]["hostnames"] == ["llm.example.com"]
+    (rule,) = route["spec"]["rules"]
+    assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "svc"}]
+    assert rule["matches"] == [
+        {
+            "path": {"type": "PathPrefix", "value": "/v1"},
+            "headers": [{"type": "Exact", "name": "X-Gateway-Model-Name", "value": "llama-3-8b-instruct"}],
+        }
+    ]
+    assert rule["timeouts"] == {"request": "900s"}
+
+
+def test_routing_objects_come_and_go_with_the_spec():
+    assert set(objects_of("pool-only")) == {"Deployment", "Service", "PodDisruptionBudget", "InferencePool"}
+    assert {"InferencePool", "HTTPRoute", "ScaledObject"} <= set(objects_of("routed-from-zero"))
+    assert [k.kind for k in dropped_kinds(spec_of("plain-gpu"))] == ["ScaledObject", "HTTPRoute", "InferencePool"]
+    assert [k.kind for k in dropped_kinds(spec_of("pool-only"))] == ["ScaledObject", "HTTPRoute"]
+    assert dropped_kinds(spec_of("routed-from-zero")) == []
+
+
+def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
+    spec = spec_of("routed-from-zero")
+    scaled = build_scaled_object(OWNER, spec.autoscaling, spec.routing)["spec"]
+    assert scaled["minReplicaCount"] == 0 and scaled["cooldownPeriod"] == 600
+    waiting, held = scaled["triggers"]
+    assert (waiting["name"], held["name"]) == ("waiting-requests", "held-requests")
+    assert waiting["metadata"]["query"] == waiting_requests_query(OWNER)
+    assert held["metadata"]["query"] == (
+        'sum(llm_d_epp_flow_control_queue_size{namespace="llm",inference_pool="svc"})'
+        ' or sum(inference_extension_flow_control_queue_size{namespace="llm",inference_pool="svc"})'
+        " or vector(0)"
+    )
+    for trigger in (waiting, held):  # one request, waiting on a pod or held by the picker, keeps one pod
+        assert trigger["metadata"]["activationThreshold"] == "0" and trigger["metricType"] == "AverageValue"
+    plain = build_scaled_object(OWNER, spec_of("autoscaled").autoscaling)["spec"]
+    assert [t["name"] for t in plain["triggers"]] == ["waiting-requests"] and "cooldownPeriod" not in plain
+
+
+def test_every_generated_query_is_valid_promql(tmp_path):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool comes with Prometheus: apt-get install -y prometheus (the README's test command does)"
+    queries = {
+        trigger["metadata"]["query"]
+        for name in SPECS
+        for kind, obj in desired_objects(OWNER, spec_of(name))
+        if kind.kind == "ScaledObject"
+        for trigger in obj["spec"]["triggers"]
+    }
+    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER)}
+    rules = {
+        "groups": [
+            {"name": "argosy", "rules": [{"record": f"argosy:q{i}", "expr": q} for i, q in enumerate(sorted(queries))]}
+        ]
+    }
+    broken = {"groups": [{"name": "broken", "rules": [{"record": "argosy:broken", "expr": 'sum(x{a="b") or'}]}]}
+    results = {}
+    for name, content in (("generated", rules), ("broken", broken)):
+        path = tmp_path / f"{name}.rules.yaml"
+        path.write_text(yaml.safe_dump(content))
+        results[name] = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert results["generated"].returncode == 0, results["generated"].stdout + results["generated"].stderr
+    assert results["broken"].returncode != 0  # promtool does parse the expressions
+
+
+# --- status: the Gateway's conditions on the route and the pool ---------------------------------
+
+ROUTED = InferenceServiceSpec.model_validate(SPECS["routed-from-zero"])
+ROUTE = ROUTED.routing.route
+GATEWAY = {
+    "group": "gateway.networking.k8s.io",
+    "kind": "Gateway",
+    "name": "inference-gateway",
+    "namespace": "gateways",
+}
+
+
+def with_parents(generation: int = 1, **conditions: tuple[str, str] | None) -> dict:
+    """An object of `generation` whose status holds, for the route's Gateway, each condition
+    type given as (status, reason), about `generation`."""
+    entry = {
+        "parentRef": GATEWAY,
+        "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
+        "conditions": [
+            {
+                "type": t,
+                "status": s,
+                "reason": r,
+                "message": f"{t} says {r}",
+                "observedGeneration": generation,
+                "lastTransitionTime": "2026-12-01T00:00:00Z",
+            }
+            for t, (s, r) in conditions.items()
+        ],
+    }
+    return {"metadata": {"generation": generation}, "status": {"parents": [entry]}}
+
+
+ACCEPTED = {"Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+
+
+def test_accepted_route_and_pool_are_no_problem():
+    assert routing_problem(OWNER, ROUTE, with_parents(**ACCEPTED), with_parents(**ACCEPTED)) is None
+
+
+@pytest.mark.parametrize(
+    "route, pool, reason, stalled",
+    [
+        ({"metadata": {"generation": 1}}, with_parents(**ACCEPTED), "RoutePending", False),
+        (with_parents(**ACCEPTED), {"metadata": {"generation": 1}}, "PoolPending", False),
+        (with_parents(Accepted=("Unknown", "Pending")), with_parents(**ACCEPTED), "RoutePending", False),
+        (
+            with_parents(generation=1, **ACCEPTED) | {"metadata": {"generation": 2}},
+            with_parents(**ACCEPTED),
+            "RoutePending",
+            False,
+        ),
+        (with_parents(Accepted=("False", "NotAllowedByListeners")), with_parents(**ACCEPTED), "RouteNotAccepted", True),
+        (
+            with_parents(Accepted=("True", "Accepted"), ResolvedRefs=("False", "InvalidKind")),
+            with_parents(**ACCEPTED),
+            "RouteBackendNotResolved",
+            True,
+        ),
+        (with_parents(**ACCEPTED), with_parents(Accepted=("False", "NotSupportedByParent")), "PoolNotAccepted", True),
+        (
+            with_parents(**ACCEPTED),
+            with_parents(Accepted=("True", "Accepted"), ResolvedRefs=("False", "InvalidExtensionRef")),
+            "EndpointPickerNotResolved",
+            True,
+        ),
+    ],
+)
+def test_the_gateways_conditions_decide(route, pool, reason, stalled):
+    problem = routing_problem(OWNER, ROUTE, pool, route)
+    assert problem is not None and (problem.reason, problem.stalled) == (reason, stalled)
+    assert "inference-gateway" in problem.message
+
+
+def test_another_gateways_acceptance_does_not_count():
+    other = with_parents(**ACCEPTED)
+    other["status"]["parents"][0]["parentRef"] = {**GATEWAY, "namespace": "elsewhere"}
+    assert routing_problem(OWNER, ROUTE, with_parents(**ACCEPTED), other).reason == "RoutePending"
+
+
+def test_without_a_route_only_a_rejection_of_the_pool_counts():
+    assert routing_problem(OWNER, None, {"metadata": {"generation": 1}}, None) is None
+    rejected = with_parents(ResolvedRefs=("False", "InvalidExtensionRef"))
+    assert routing_problem(OWNER, None, rejected, None).reason == "EndpointPickerNotResolved"
+
+
+def ready_reason(routing, ready_replicas: int, replicas: int = 1) -> tuple[str, str]:
+    deployment = {
+        "metadata": {"generation": 1},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": 1,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": ready_replicas,
+        },
+    }
+    conditions = compute_status(OWNER, deployment, [], None, [], "2026-12-01T00:00:00Z", 1, routing)["conditions"]
+    ready = next(c for c in conditions if c["type"] == "Ready")
+    return ready["status"], ready["reason"]
+
+
+def test_ready_needs_the_route_accepted_once_the_pods_are():
+    pending = routing_problem(OWNER, ROUTE, {"metadata": {"generation": 1}}, {"metadata": {"generation": 1}})
+    rejected = routing_problem(
+        OWNER, ROUTE, with_parents(**ACCEPTED), with_parents(Accepted=("False", "NotAllowedByListeners"))
+    )
+    assert ready_reason(None, 1) == ("True", "Available")
+    assert ready_reason(pending, 1) == ("False", "RoutePending")
+    assert ready_reason(pending, 0) == ("False", "Progressing")  # the pods come first
+    assert ready_reason(rejected, 0) == ("False", "RouteNotAccepted")  # someone must act: at once
+    assert ready_reason(pending, 0, replicas=0) == ("False", "RoutePending")  # at zero the route is the way in
