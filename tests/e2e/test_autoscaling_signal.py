@@ -6,7 +6,6 @@ requests (so the HPA would add replicas) and drain back to zero (so it would rem
 from __future__ import annotations
 
 import math
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,8 @@ import yaml
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec, Owner
 from tests.polling import wait_until
-from tests.processes import MODEL, free_port, running, serve_process
+from tests.processes import MODEL, serve_process
+from tests.prometheus import prometheus_scraping, query
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,48 +36,8 @@ def server(llama_checkpoint):
 
 @pytest.fixture
 def prometheus(server, tmp_path):
-    binary = shutil.which("prometheus")
-    assert binary, "Prometheus is not installed: apt-get install -y prometheus (the README's test command does)"
-    target = server.removeprefix("http://")
-    # What a `kubernetes_sd_configs: [{role: pod}]` job yields before relabelling, and the
-    # relabelling every pod scrape applies (a PodMonitor does the same).
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [
-            {
-                "job_name": "kubernetes-pods",
-                "static_configs": [
-                    {
-                        "targets": [target],
-                        "labels": {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": POD},
-                    },
-                    {
-                        "targets": [target],
-                        "labels": {"__meta_kubernetes_namespace": NAMESPACE, "__meta_kubernetes_pod_name": OTHER_POD},
-                    },
-                ],
-                "relabel_configs": [
-                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
-                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-                ],
-            }
-        ],
-    }
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    address = f"127.0.0.1:{free_port()}"
-    command = [
-        binary,
-        f"--config.file={tmp_path / 'prometheus.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address={address}",
-    ]
-    with running(command, f"http://{address}", "/-/ready", "Prometheus") as proc:
-        yield proc.url
-
-
-def query(prometheus: str, promql: str) -> float | None:
-    result = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}).json()["data"]["result"]
-    return float(result[0]["value"][1]) if result else None
+    with prometheus_scraping(tmp_path, [(server, NAMESPACE, POD), (server, NAMESPACE, OTHER_POD)]) as url:
+        yield url
 
 
 def hpa_replicas(value: float, target: float, lo: int, hi: int) -> int:

@@ -13,7 +13,7 @@ import yaml
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.spec import InferenceServiceSpec, Owner
 from tests.operator.cluster import DEPLOYMENTS, SERVICES, eventually, live, running_operator
-from tests.operator.crd_schema import ROOT, admit
+from tests.operator.crd_schema import ADD_ON_CRDS, ROOT, add_on_rejections, admit
 
 EXAMPLES = sorted((ROOT / "examples").glob("inferenceservice-*.yaml"))
 GPU_EXAMPLE = ROOT / "examples" / "inferenceservice-gpu.yaml"
@@ -21,7 +21,12 @@ GPU_EXAMPLE = ROOT / "examples" / "inferenceservice-gpu.yaml"
 
 def test_there_are_examples_of_each_kind():
     names = {p.stem for p in EXAMPLES}
-    assert {"inferenceservice-gpu", "inferenceservice-pvc", "inferenceservice-autoscaled"} <= names
+    assert {
+        "inferenceservice-gpu",
+        "inferenceservice-pvc",
+        "inferenceservice-autoscaled",
+        "inferenceservice-routed",
+    } <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -30,7 +35,9 @@ def test_example_is_admitted_and_builds_valid_objects(path):
     assert errors == []
     owner = Owner(name=stored["metadata"]["name"], namespace=stored["metadata"]["namespace"], uid="u")
     for _, obj in desired_objects(owner, InferenceServiceSpec.model_validate(stored["spec"])):
-        if not obj["apiVersion"].startswith("keda.sh"):
+        if obj["kind"] in ADD_ON_CRDS:
+            assert add_on_rejections(obj) == [], obj["kind"]
+        else:
             kubernetes_validate.validate(obj, "1.32", strict=True)
 
 
