@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 import httpx
@@ -38,13 +39,23 @@ class Process:
 
 
 @contextmanager
-def running(command: list[str], url: str, ready_path: str, what: str) -> Iterator[Process]:
-    """A real process until the block ends; it is ready once url + ready_path answers 200."""
+def running(
+    command: list[str],
+    url: str,
+    ready_path: str,
+    what: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    wait: float = 60,
+) -> Iterator[Process]:
+    """A real process until the block ends; it is ready once url + ready_path answers 200
+    (within `wait` seconds)."""
     with tempfile.TemporaryFile("w+") as log:
-        proc = Process(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True), url, log)
+        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+        proc = Process(popen, url, log)
         try:
             try:
-                wait_until(lambda: httpx.get(url + ready_path).status_code == 200, 60, what)
+                wait_until(lambda: httpx.get(url + ready_path).status_code == 200, wait, what)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; it printed:\n{proc.output()[-4000:]}") from None
             yield proc

@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ["staging", "production"]
 
 
-def kustomize(overlay: str) -> list[dict]:
+def kustomize(folder: Path) -> list[dict]:
+    """What `kubectl apply -k folder` would apply."""
     out = subprocess.run(
-        ["kubectl", "kustomize", str(ROOT / "examples" / "kustomize" / "overlays" / overlay)],
+        ["kubectl", "kustomize", str(folder)],
         check=True,
         capture_output=True,
         text=True,
@@ -31,7 +32,9 @@ def kustomize(overlay: str) -> list[dict]:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_overlays_build_admitted_inference_services(overlay):
-    services = [d for d in kustomize(overlay) if d["kind"] == "InferenceService"]
+    services = [
+        d for d in kustomize(ROOT / "examples" / "kustomize" / "overlays" / overlay) if d["kind"] == "InferenceService"
+    ]
     assert len(services) == 1
     stored, errors = admit(services[0])
     assert errors == [] and stored["metadata"]["namespace"] == "llm"
