@@ -5,6 +5,7 @@ decisions are the pure builders'; this module only carries them to the API."""
 from __future__ import annotations
 
 import datetime
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +56,7 @@ def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind
         (PDB, build_pdb(owner, spec)),
     ]
     if spec.autoscaling is not None:
-        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec.autoscaling, spec.routing)))
+        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec)))
     if spec.routing is not None:
         objects.append((INFERENCE_POOL, build_inference_pool(owner, spec.routing)))
         if spec.routing.route is not None:
@@ -86,25 +87,17 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
     for kind in dropped_kinds(spec):
-        if _remove(kube, kind, owner):
-            changes.append(f"deleted {kind.kind} {owner.name}")
+        try:
+            if _remove(kube, kind, owner):
+                changes.append(f"deleted {kind.kind} {owner.name}")
+        except ApiException as exc:
+            problem = problem or failure(kind, owner, exc)
     applied: dict[Kind, dict[str, Any]] = {}
     for kind, desired in desired_objects(owner, spec):
         try:
             change, applied[kind] = apply(kube, kind, desired, owner)
-        except NotOwned as exc:
-            problem = problem or Problem("ResourceConflict", str(exc), retryable=True)
-        except KindNotInstalled:
-            reason, need = ADD_ON_KINDS[kind]
-            problem = problem or Problem(
-                reason,
-                f"{need}: the {kind.kind} kind ({kind.api_version}) is not served by this cluster",
-                retryable=True,
-            )
-        except ApiException as exc:
-            problem = problem or Problem(
-                "APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}", retryable=True
-            )
+        except (NotOwned, KindNotInstalled, ApiException) as exc:
+            problem = problem or failure(kind, owner, exc)
         else:
             if change:
                 changes.append(f"{change} {kind.kind} {owner.name}")
@@ -116,6 +109,28 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     )
     status = compute_status(owner, deployment, pods, problem, previous, _now(), min_ready, routing)
     return ReconcileResult(status, problem, changes)
+
+
+def failure(kind: Kind, owner: Owner, exc: Exception) -> Problem:
+    """The problem an API failure on one kind makes; each is retried with growing delays."""
+    if isinstance(exc, NotOwned):
+        return Problem("ResourceConflict", str(exc), retryable=True)
+    if isinstance(exc, KindNotInstalled):
+        reason, need = ADD_ON_KINDS.get(kind, ("KindNotInstalled", f"the service needs {kind.kind}"))
+        message = f"{need}: the {kind.kind} kind ({kind.api_version}) is not served by this cluster"
+        return Problem(reason, message, retryable=True)
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    detail = _api_message(getattr(exc, "body", None))
+    return Problem("APIError", f"{kind.kind} {owner.name}: {status} {reason}{detail}", retryable=True)
+
+
+def _api_message(body: Any) -> str:
+    """The API server's own explanation (a 422 names the field it refused), if it sent one."""
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, AttributeError):
+        return ""
+    return f": {message}" if message else ""
 
 
 class NotOwned(Exception):

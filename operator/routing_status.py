@@ -4,7 +4,7 @@ status, which the Gateway's controller writes per parent Gateway (Accepted, Reso
 Only a condition about the object's current generation counts: an older one describes a spec
 that is gone. A condition set to False needs someone to act (a listener that allows no routes
 from this namespace, a picker Service that does not exist): stalled. No entry yet, or Unknown,
-is waiting for the controller: progressing."""
+is waiting for the controller: progressing. A rejection of either object outranks waiting."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ _FALSE_REASONS = {
     ("InferencePool", "Accepted"): "PoolNotAccepted",
     ("InferencePool", "ResolvedRefs"): "EndpointPickerNotResolved",
 }
+Parents = dict[tuple[str, str], list[dict[str, Any]]]  # (namespace, name) of a Gateway -> conditions
 
 
 def routing_problem(
@@ -27,36 +28,44 @@ def routing_problem(
 ) -> Problem | None:
     """Why traffic cannot reach the pods through the pool (and the route, when one is asked
     for), or None. Without a route, only a rejection by any Gateway using the pool counts."""
-    gateway = (route.gateway.namespace or owner.namespace, route.gateway.name) if route is not None else None
-    checks = [(http_route, "HTTPRoute")] if route is not None else []
-    for obj, kind in [*checks, (pool, "InferencePool")]:
-        if obj is None:
-            continue
-        parents = _current_parents(obj, owner.namespace)
-        for parent, conditions in parents.items():
-            for condition_type in ("Accepted", "ResolvedRefs"):
-                condition = find_condition(conditions, condition_type)
-                if condition is not None and condition.get("status") == "False":
-                    return Problem(
-                        _FALSE_REASONS[kind, condition_type],
-                        f"{kind} {owner.name}, Gateway {parent[0]}/{parent[1]}: {condition_type} is False "
-                        f"({condition.get('reason')}): {condition.get('message') or 'no message'}",
-                    )
-        if gateway is not None:
-            accepted = find_condition(parents.get(gateway, []), "Accepted")
-            if accepted is None or accepted.get("status") != "True":
+    objects = [("HTTPRoute", http_route)] if route is not None else []
+    objects = [(kind, obj) for kind, obj in [*objects, ("InferencePool", pool)] if obj is not None]
+    parents = {kind: current_parents(obj, owner.namespace) for kind, obj in objects}
+    for kind, by_gateway in parents.items():
+        if (problem := rejection(owner, kind, by_gateway)) is not None:
+            return problem
+    if route is None:
+        return None
+    gateway = (route.gateway.namespace or owner.namespace, route.gateway.name)
+    for kind, by_gateway in parents.items():
+        accepted = find_condition(by_gateway.get(gateway, []), "Accepted")
+        if accepted is None or accepted.get("status") != "True":
+            return Problem(
+                "RoutePending" if kind == "HTTPRoute" else "PoolPending",
+                f"{kind} {owner.name} is not accepted by Gateway {gateway[0]}/{gateway[1]} yet",
+                stalled=False,
+            )
+    return None
+
+
+def rejection(owner: Owner, kind: str, by_gateway: Parents) -> Problem | None:
+    for (namespace, name), conditions in by_gateway.items():
+        for condition_type in ("Accepted", "ResolvedRefs"):
+            condition = find_condition(conditions, condition_type)
+            if condition is not None and condition.get("status") == "False":
                 return Problem(
-                    "RoutePending" if kind == "HTTPRoute" else "PoolPending",
-                    f"{kind} {owner.name} is not accepted by Gateway {gateway[0]}/{gateway[1]} yet",
-                    stalled=False,
+                    _FALSE_REASONS[kind, condition_type],
+                    f"{kind} {owner.name}, Gateway {namespace}/{name}: {condition_type} is False "
+                    f"({condition.get('reason')}): {condition.get('message') or 'no message'}",
                 )
     return None
 
 
-def _current_parents(obj: dict[str, Any], namespace: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """Each parent Gateway (namespace, name) and its conditions about the current generation."""
+def current_parents(obj: dict[str, Any], namespace: str) -> Parents:
+    """Each parent Gateway and its conditions about the object's current generation; a
+    parentRef without a namespace means the object's own."""
     generation = (obj.get("metadata") or {}).get("generation", 1)
-    parents: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    parents: Parents = {}
     for entry in (obj.get("status") or {}).get("parents") or []:
         ref = entry.get("parentRef") or {}
         if ref.get("kind", "Gateway") != "Gateway":

@@ -1,6 +1,6 @@
 """InferenceService -> the KEDA ScaledObject that scales its Deployment on the queue depth.
 
-The trigger sums `argosy_num_requests_waiting` over exactly this service's pods. The server
+The first trigger sums `argosy_num_requests_waiting` over exactly this service's pods. The server
 exports that gauge with a `model_name` label only; which pod a series comes from is told by
 the `namespace` and `pod` labels that Prometheus attaches when it scrapes Kubernetes pods (a
 PodMonitor does by default; a `kubernetes_sd_configs` pod job does with the usual relabelling
@@ -13,22 +13,32 @@ zero replicas: one held request activates the ScaledObject and KEDA starts the f
 the picker holds the request. The picker labels the gauge with its pool's bare name
 (`inference_pool`); Prometheus adds the picker pod's `namespace`, the pool's own, since a pool's
 picker Service lives in the pool's namespace. llm-d's router exports the gauge under its new
-name and, for now, also under the deprecated one: the query takes the new one when present."""
+name and, for now, also under the deprecated one: the query takes the new one when present.
+
+Scaled to zero, the service is woken by its triggers and put back to sleep when all of them
+read 0 for the cooldown. A busy service within its capacity has no waiting and no held request,
+so with minReplicas 0 a third trigger counts the running requests: it keeps the service awake
+while anything runs, and asks for no more replicas than the running batches fill
+(`maxNumSeqs` each)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from argosy.operator.labels import metadata
-from argosy.operator.spec import AutoscalingSpec, Owner, RoutingSpec
+from argosy.operator.spec import InferenceServiceSpec, Owner
 
-WAITING_METRIC = "argosy_num_requests_waiting"
+WAITING_METRIC, RUNNING_METRIC = "argosy_num_requests_waiting", "argosy_num_requests_running"
 HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 
 
-def waiting_requests_query(owner: Owner) -> str:
+def pods_query(owner: Owner, metric: str) -> str:
     pods = f"{owner.name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
-    return f'sum({WAITING_METRIC}{{namespace="{owner.namespace}",pod=~"{pods}"}}) or vector(0)'
+    return f'sum({metric}{{namespace="{owner.namespace}",pod=~"{pods}"}}) or vector(0)'
+
+
+def waiting_requests_query(owner: Owner) -> str:
+    return pods_query(owner, WAITING_METRIC)
 
 
 def held_requests_query(owner: Owner) -> str:
@@ -36,13 +46,16 @@ def held_requests_query(owner: Owner) -> str:
     return " or ".join([*(f"sum({metric}{{{pool}}})" for metric in HELD_METRICS), "vector(0)"])
 
 
-def build_scaled_object(
-    owner: Owner, autoscaling: AutoscalingSpec, routing: RoutingSpec | None = None
-) -> dict[str, Any]:
-    a = autoscaling
-    queries = {"waiting-requests": waiting_requests_query(owner)}
-    if routing is not None:
-        queries["held-requests"] = held_requests_query(owner)
+def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str, Any]:
+    a = service.autoscaling
+    if a is None:
+        raise ValueError("only a service with autoscaling has a ScaledObject")
+    # trigger name -> (query, value per replica)
+    triggers = {"waiting-requests": (waiting_requests_query(owner), a.targetWaitingRequests)}
+    if service.routing is not None:
+        triggers["held-requests"] = (held_requests_query(owner), a.targetWaitingRequests)
+    if a.minReplicas == 0:
+        triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name},
         "minReplicaCount": a.minReplicas,
@@ -76,13 +89,13 @@ def build_scaled_object(
                 "metadata": {
                     "serverAddress": a.prometheusAddress,
                     "query": query,
-                    "threshold": _number(a.targetWaitingRequests),
-                    # Active above 0: a single waiting or held request keeps (or brings) one pod.
+                    "threshold": _number(threshold),
+                    # Active above 0: a single request keeps (or brings) one pod.
                     "activationThreshold": "0",
                     "ignoreNullValues": "true",
                 },
             }
-            for name, query in queries.items()
+            for name, (query, threshold) in triggers.items()
         ],
     }
     if a.minReplicas == 0:  # KEDA waits this long after the last activity before going to zero

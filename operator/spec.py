@@ -219,6 +219,11 @@ class EngineSpec(KubeModel):
     )
 
 
+# The Gateway API's name patterns: a DNS label, and a DNS subdomain.
+_DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_NAME = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+
+
 class EndpointPickerSpec(KubeModel):
     """The Endpoint Picker (EPP) Service in this namespace that picks a pod for each request,
     e.g. llm-d's router installed with its chart (its Service is `<release>-epp`)."""
@@ -239,19 +244,38 @@ class GatewayRef(KubeModel):
 
     name: str = Field(min_length=1, max_length=253, description="Name of the Gateway.")
     namespace: str | None = Field(
-        None, max_length=63, description="Namespace of the Gateway; default: the InferenceService's."
+        None,
+        max_length=63,
+        pattern=f"^{_DNS_LABEL}$",
+        description="Namespace of the Gateway; default: the InferenceService's.",
     )
-    sectionName: str | None = Field(None, max_length=253, description="The Gateway listener to attach to.")
+    sectionName: str | None = Field(
+        None, max_length=253, pattern=f"^{_DNS_NAME}$", description="The Gateway listener to attach to."
+    )
 
 
 class RouteSpec(KubeModel):
     """An HTTPRoute that sends the Gateway's requests for the model to the InferencePool."""
 
     gateway: GatewayRef
-    hostnames: list[Annotated[str, Field(min_length=1, max_length=253, description="A host name.")]] = Field(
-        default_factory=list, max_length=16, description="Host names the route matches; default: any."
+    hostnames: list[
+        Annotated[
+            str, Field(min_length=1, max_length=253, pattern=rf"^(\*\.)?{_DNS_NAME}$", description="A host name.")
+        ]
+    ] = Field(default_factory=list, max_length=16, description="Host names the route matches; default: any.")
+    pathPrefix: str = Field(
+        "/",
+        max_length=1024,
+        pattern=r"^/(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|%[0-9a-fA-F]{2})*$",
+        json_schema_extra=rules(
+            cel(
+                "!self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.contains('%2f')"
+                " && !self.contains('%2F') && !self.endsWith('/.') && !self.endsWith('/..')",
+                "spec.routing.route.pathPrefix must be a normalized path: no '//', '/./', '/../' or encoded '/'",
+            )
+        ),
+        description="Request paths the route matches.",
     )
-    pathPrefix: str = Field("/", pattern="^/", max_length=1024, description="Request paths the route matches.")
     matchModelHeader: bool = Field(
         False,
         description=(

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from argosy.operator.scaledobject import build_scaled_object
+from argosy.operator.scaledobject import RUNNING_METRIC, build_scaled_object, pods_query
 from argosy.operator.spec import InferenceServiceSpec, Owner
 from tests.polling import wait_until
 from tests.processes import MODEL, serve_process
@@ -47,7 +47,7 @@ def hpa_replicas(value: float, target: float, lo: int, hi: int) -> int:
 
 def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, prometheus):
     spec = InferenceServiceSpec.model_validate(EXAMPLE["spec"])
-    trigger = build_scaled_object(Owner(name=NAME, namespace=NAMESPACE, uid="u"), spec.autoscaling)["spec"]
+    trigger = build_scaled_object(Owner(name=NAME, namespace=NAMESPACE, uid="u"), spec)["spec"]
     promql = trigger["triggers"][0]["metadata"]["query"]
     threshold = float(trigger["triggers"][0]["metadata"]["threshold"])
     lo, hi = trigger["minReplicaCount"], trigger["maxReplicaCount"]
@@ -66,10 +66,13 @@ def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, pro
     for t in threads:
         t.start()
     samples: list[tuple[float, float, int]] = []
+    running: list[float] = []  # the query that keeps a service scaled from zero awake
+    running_promql = pods_query(Owner(name=NAME, namespace=NAMESPACE, uid="u"), RUNNING_METRIC)
     start = time.monotonic()
     while any(t.is_alive() for t in threads):
         value = query(prometheus, promql)
         samples.append((time.monotonic() - start, value, hpa_replicas(value, threshold, lo, hi)))
+        running.append(query(prometheus, running_promql))
         time.sleep(0.5)
     for t in threads:
         t.join()
@@ -86,6 +89,7 @@ def test_queue_depth_reaches_prometheus_and_drives_the_replica_count(server, pro
     # the instant before the core schedules the first; the canary pod would double that.
     assert 0 < peak <= 16
     assert max(r for _, _, r in samples) >= 2 and samples[-1][2] == lo
+    assert max(running) == 1  # --max-num-seqs 1; the canary pod would make it 2
     # The other target is scraped at its own phase, up to a scrape interval later: wait for it too.
     wait_until(
         lambda: query(prometheus, f'sum(argosy_num_requests_waiting{{namespace="{NAMESPACE}"}})') == 0.0,

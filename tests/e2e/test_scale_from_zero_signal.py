@@ -83,7 +83,7 @@ def keda_replicas(values: list[float], triggers: list[dict], current: int, lo: i
 def test_one_held_request_wakes_the_service_and_only_its_own_pool_counts(pickers):
     ours, theirs, prometheus = pickers
     spec = InferenceServiceSpec.model_validate(EXAMPLE["spec"])
-    scaled = build_scaled_object(Owner(name=NAME, namespace=NAMESPACE, uid="u"), spec.autoscaling, spec.routing)
+    scaled = build_scaled_object(Owner(name=NAME, namespace=NAMESPACE, uid="u"), spec)
     triggers = scaled["spec"]["triggers"]
     held = next(t for t in triggers if t["name"] == "held-requests")["metadata"]["query"]
     lo, hi = scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]
@@ -101,12 +101,14 @@ def test_one_held_request_wakes_the_service_and_only_its_own_pool_counts(pickers
 
     ours.hold(NAME, "default", 1)  # the router exports both names: the query must not double
     settles(1.0, "one held request")
-    pods_waiting = 0.0  # no pod: the pods' query reads 0
-    assert keda_replicas([pods_waiting, 1.0], triggers, current=0, lo=lo, hi=hi) == 1
+    # No pod: the pods' queries (waiting, running) read 0; the held request alone wakes one.
+    assert [t["name"] for t in triggers] == ["waiting-requests", "held-requests", "running-requests"]
+    assert keda_replicas([0.0, 1.0, 0.0], triggers, current=0, lo=lo, hi=hi) == 1
+    assert keda_replicas([0.0, 0.0, 0.0], triggers, current=0, lo=lo, hi=hi) == 0
 
     ours.hold(NAME, "team-a", 12)  # held requests of every fairness id add up
     settles(13.0, "thirteen held requests")
-    assert keda_replicas([0.0, 13.0], triggers, current=1, lo=lo, hi=hi) == 3
+    assert keda_replicas([0.0, 13.0, 0.0], triggers, current=1, lo=lo, hi=hi) == 3
 
     ours.hold(NAME, "default", 0, names=())
     ours.hold(NAME, "team-a", 2, names=HELD_METRICS[1:])  # an older router: only the deprecated name
@@ -114,4 +116,3 @@ def test_one_held_request_wakes_the_service_and_only_its_own_pool_counts(pickers
 
     ours.hold(NAME, "team-a", 0, names=HELD_METRICS[1:])
     settles(0.0, "the queue to drain")
-    assert keda_replicas([0.0, 0.0], triggers, current=0, lo=lo, hi=hi) == 0

@@ -83,9 +83,10 @@ def cel_failures(schema: dict[str, Any], obj: Any, path: str = "") -> list[str]:
     return failures
 
 
-def admit(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """(the object as stored, the reasons it would be rejected)."""
-    schema = openapi_schema(load_crd())
+def admit(obj: dict[str, Any], schema: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """(the object as stored, the reasons it would be rejected) by the API server serving
+    `schema` (default: the InferenceService CRD's): the schema with its defaults, then the CEL rules."""
+    schema = schema or openapi_schema(load_crd())
     defaulted = apply_defaults(schema, obj)
     validator = jsonschema.Draft7Validator(to_jsonschema(schema))
     errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(defaulted)]
@@ -104,12 +105,8 @@ ADD_ON_CRDS = {
 
 
 def add_on_rejections(obj: dict[str, Any]) -> list[str]:
-    """Why the add-on's API server would reject `obj`: its CRD's schema for the version the
-    object names, then the CRD's CEL rules."""
+    """Why the add-on's API server would reject `obj`, by its CRD's version the object names."""
     crd = yaml.safe_load(ADD_ON_CRDS[obj["kind"]].read_text())
     version = obj["apiVersion"].rsplit("/", 1)[-1]
     schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
-    defaulted = apply_defaults(schema, obj)
-    validator = jsonschema.Draft7Validator(to_jsonschema(schema))
-    errors = [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in validator.iter_errors(defaulted)]
-    return errors or cel_failures(schema, defaulted)
+    return admit(obj, schema)[1]

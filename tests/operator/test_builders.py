@@ -158,7 +158,7 @@ def test_rollouts_need_no_spare_gpu_by_default_and_may_surge_when_asked():
 
 def test_autoscaling_leaves_replicas_to_keda():
     assert "replicas" not in build_deployment(OWNER, spec_of("autoscaled"))["spec"]
-    scaled = build_scaled_object(OWNER, spec_of("fractional-target").autoscaling)
+    scaled = build_scaled_object(OWNER, spec_of("fractional-target"))
     assert scaled["spec"]["minReplicaCount"] == 2
     trigger = scaled["spec"]["triggers"][0]
     assert trigger["metricType"] == "AverageValue" and trigger["metadata"]["threshold"] == "2.5"

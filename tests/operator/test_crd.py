@@ -87,6 +87,20 @@ BAD = [
     (with_("routing.endpointPicker", {"name": "epp", "port": 0}), ["spec.routing.endpointPicker.port"]),
     (with_("routing.endpointPicker", {"name": "epp", "failureMode": "Retry"}), ["spec.routing.endpointPicker"]),
     (with_("routing", {**ROUTING, "route": {**ROUTE, "pathPrefix": "v1"}}), ["spec.routing.route.pathPrefix"]),
+    (with_("routing", {**ROUTING, "route": {**ROUTE, "pathPrefix": "/a b"}}), ["spec.routing.route.pathPrefix"]),
+    (
+        with_("routing", {**ROUTING, "route": {**ROUTE, "pathPrefix": "/v1//chat"}}),
+        ["spec.routing.route.pathPrefix", "normalized"],
+    ),
+    (with_("routing", {**ROUTING, "route": {**ROUTE, "hostnames": ["LLM_host"]}}), ["spec.routing.route.hostnames"]),
+    (
+        with_("routing", {**ROUTING, "route": {"gateway": {"name": "gw", "namespace": "Gateways"}}}),
+        ["spec.routing.route.gateway.namespace"],
+    ),
+    (
+        with_("routing", {**ROUTING, "route": {"gateway": {"name": "gw", "sectionName": "HTTPS"}}}),
+        ["spec.routing.route.gateway.sectionName"],
+    ),
     (with_("disruptionBudget", {"maxUnavailable": -1}), ["spec.disruptionBudget.maxUnavailable"]),
     (with_("disruptionBudget", {"maxUnavailable": "1"}), ["spec.disruptionBudget.maxUnavailable"]),
     (with_("rollout", {"maxSurge": 0, "maxUnavailable": "0%"}), ["spec.rollout", "both be zero"]),
@@ -117,7 +131,7 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 7
+    assert len(rules) == 8
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]

@@ -251,6 +251,7 @@ async def test_an_api_error_is_reported_retried_and_survived(cluster):
         await create(cluster, inference_service())
         condition = await eventually(lambda: ready_condition(live(cluster, AIS, "llama")))
         assert condition["reason"] == "APIError" and "PodDisruptionBudget" in condition["message"]
+        assert "injected failure" in condition["message"]  # the API server's own words
         assert live(cluster, DEPLOYMENTS, "llama") is not None and live(cluster, SERVICES, "llama") is not None
         await eventually(lambda: "APIError" in event_reasons(cluster, "Warning"))
         cluster.failures.clear()  # the API server recovers; the retry (after 10 s) completes the job

@@ -78,20 +78,27 @@ def test_routing_objects_come_and_go_with_the_spec():
 
 def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
     spec = spec_of("routed-from-zero")
-    scaled = build_scaled_object(OWNER, spec.autoscaling, spec.routing)["spec"]
+    scaled = build_scaled_object(OWNER, spec)["spec"]
     assert scaled["minReplicaCount"] == 0 and scaled["cooldownPeriod"] == 600
-    waiting, held = scaled["triggers"]
-    assert (waiting["name"], held["name"]) == ("waiting-requests", "held-requests")
+    waiting, held, running = scaled["triggers"]
+    assert [t["name"] for t in scaled["triggers"]] == ["waiting-requests", "held-requests", "running-requests"]
     assert waiting["metadata"]["query"] == waiting_requests_query(OWNER)
+    # Busy within capacity (nothing waits, nothing is held), the service must stay awake.
+    assert running["metadata"]["query"] == waiting_requests_query(OWNER).replace("waiting", "running")
+    assert running["metadata"]["threshold"] == str(spec.engine.maxNumSeqs)  # a full batch per replica
+    assert (waiting["metadata"]["threshold"], held["metadata"]["threshold"]) == ("5", "5")
     assert held["metadata"]["query"] == (
         'sum(llm_d_epp_flow_control_queue_size{namespace="llm",inference_pool="svc"})'
         ' or sum(inference_extension_flow_control_queue_size{namespace="llm",inference_pool="svc"})'
         " or vector(0)"
     )
-    for trigger in (waiting, held):  # one request, waiting on a pod or held by the picker, keeps one pod
+    for trigger in (waiting, held, running):  # one request, wherever it is, keeps (or brings) one pod
         assert trigger["metadata"]["activationThreshold"] == "0" and trigger["metricType"] == "AverageValue"
-    plain = build_scaled_object(OWNER, spec_of("autoscaled").autoscaling)["spec"]
+    plain = build_scaled_object(OWNER, spec_of("autoscaled"))["spec"]
     assert [t["name"] for t in plain["triggers"]] == ["waiting-requests"] and "cooldownPeriod" not in plain
+    routed = spec.model_copy(update={"autoscaling": spec.autoscaling.model_copy(update={"minReplicas": 1})})
+    names = [t["name"] for t in build_scaled_object(OWNER, routed)["spec"]["triggers"]]
+    assert names == ["waiting-requests", "held-requests"]  # never at zero: nothing to keep awake
 
 
 def test_every_generated_query_is_valid_promql(tmp_path):
@@ -104,7 +111,8 @@ def test_every_generated_query_is_valid_promql(tmp_path):
         if kind.kind == "ScaledObject"
         for trigger in obj["spec"]["triggers"]
     }
-    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER)}
+    running = waiting_requests_query(OWNER).replace("waiting", "running")
+    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER), running}
     rules = {
         "groups": [
             {"name": "argosy", "rules": [{"record": f"argosy:q{i}", "expr": q} for i, q in enumerate(sorted(queries))]}
@@ -232,3 +240,28 @@ def test_ready_needs_the_route_accepted_once_the_pods_are():
     assert ready_reason(pending, 0) == ("False", "Progressing")  # the pods come first
     assert ready_reason(rejected, 0) == ("False", "RouteNotAccepted")  # someone must act: at once
     assert ready_reason(pending, 0, replicas=0) == ("False", "RoutePending")  # at zero the route is the way in
+
+
+def test_a_rejection_of_the_pool_outranks_a_route_still_pending():
+    pending_route = {"metadata": {"generation": 1}}
+    rejected_pool = with_parents(Accepted=("True", "Accepted"), ResolvedRefs=("False", "InvalidExtensionRef"))
+    problem = routing_problem(OWNER, ROUTE, rejected_pool, pending_route)
+    assert (problem.reason, problem.stalled) == ("EndpointPickerNotResolved", True)
+
+
+def test_a_parent_without_namespace_is_in_the_objects_own_and_conditions_without_generation_count():
+    local = InferenceServiceSpec.model_validate(
+        {
+            **SPECS["routed-from-zero"],
+            "routing": {**SPECS["routed-from-zero"]["routing"], "route": {"gateway": {"name": "gw"}}},
+        }
+    ).routing.route
+    accepted = with_parents(**ACCEPTED)
+    entry = accepted["status"]["parents"][0]
+    entry["parentRef"] = {"name": "gw"}  # group, kind and namespace left to their defaults
+    for condition in entry["conditions"]:
+        del condition["observedGeneration"]
+    assert routing_problem(OWNER, local, accepted, accepted) is None
+    elsewhere = with_parents(**ACCEPTED)
+    elsewhere["status"]["parents"][0]["parentRef"] = {"name": "gw", "namespace": "other"}
+    assert routing_problem(OWNER, local, accepted, elsewhere).reason == "RoutePending"

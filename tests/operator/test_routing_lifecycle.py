@@ -54,7 +54,7 @@ async def test_routing_is_reconciled_and_ready_waits_for_the_gateway(cluster):
         assert pool["spec"]["endpointPickerRef"]["name"] == "llama-epp"
         assert route["spec"]["rules"][0]["backendRefs"][0]["name"] == "llama"
         scaled = await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama"))
-        assert scaled["spec"]["minReplicaCount"] == 0 and len(scaled["spec"]["triggers"]) == 2
+        assert scaled["spec"]["minReplicaCount"] == 0 and len(scaled["spec"]["triggers"]) == 3
 
         await mark_deployment_ready(cluster, "llama", ready=1)
         await eventually(lambda: reason(cluster) == "RoutePending")
@@ -96,3 +96,26 @@ async def test_missing_inference_extension_and_gateway_api_are_reported_and_reco
         declare_resources(cluster, "inference-extension", "gateway-api")
         await eventually(lambda: live(cluster, HTTP_ROUTES, "llama"), timeout=60)
         await eventually(lambda: reason(cluster) == "Progressing")
+
+
+async def test_the_pool_and_route_follow_the_spec_and_edits_are_put_back(cluster):
+    async with running_operator():
+        await create(cluster, inference_service(routing=ROUTING))
+        await eventually(lambda: live(cluster, HTTP_ROUTES, "llama"))
+        picker = {"endpointPicker": {"name": "other-epp", "port": 9102}}
+        await patch(cluster, AIS, "llama", {"spec": {"routing": picker}})
+        await eventually(
+            lambda: (
+                live(cluster, INFERENCE_POOLS, "llama")["spec"]["endpointPickerRef"]
+                == {"kind": "Service", "name": "other-epp", "port": {"number": 9102}, "failureMode": "FailClose"}
+            )
+        )
+        await patch(cluster, HTTP_ROUTES, "llama", {"spec": {"parentRefs": [{"name": "someone-elses"}]}})
+        await eventually(lambda: live(cluster, HTTP_ROUTES, "llama")["spec"]["parentRefs"][0]["name"] == "gw")
+        await patch(cluster, INFERENCE_POOLS, "llama", {"spec": {"selector": {"matchLabels": {"app": "x"}}}})
+        await eventually(
+            lambda: (
+                live(cluster, INFERENCE_POOLS, "llama")["spec"]["selector"]["matchLabels"]
+                == {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/instance": "llama"}
+            )
+        )
