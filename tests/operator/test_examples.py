@@ -62,7 +62,8 @@ async def test_kubectl_apply_reaches_the_operator(cluster):
         assert "inferenceservice.argosy.dev/llama3-8b created" in out
         deployment = await eventually(lambda: live(cluster, DEPLOYMENTS, "llama3-8b"), timeout=20)
         assert "--served-model-name" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        assert live(cluster, SERVICES, "llama3-8b") is not None
+        # The reconcile creates the Service after the Deployment: under load, a moment later.
+        await eventually(lambda: live(cluster, SERVICES, "llama3-8b"), timeout=20)
 
 
 async def test_kubectl_scale_sets_the_replica_count_through_the_scale_subresource(cluster):
