@@ -35,10 +35,12 @@ from argosy.operator.spec import InferenceServiceSpec, Owner
 from argosy.operator.status import Problem, compute_status
 
 # Kinds that come with add-ons: what the service needs them for, reported when they are missing.
+# In the order they go when the spec drops them: the ScaledObject before the replica count
+# returns to the Deployment, a route before the pool it sends to.
 ADD_ON_KINDS = {
     SCALED_OBJECT: ("KEDANotInstalled", "autoscaling needs KEDA"),
-    INFERENCE_POOL: ("InferencePoolNotInstalled", "routing needs the Gateway API Inference Extension's CRDs"),
     HTTP_ROUTE: ("GatewayAPINotInstalled", "a route needs the Gateway API's CRDs"),
+    INFERENCE_POOL: ("InferencePoolNotInstalled", "routing needs the Gateway API Inference Extension's CRDs"),
 }
 
 
@@ -64,16 +66,10 @@ def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind
     return objects
 
 
-def dropped_kinds(spec: InferenceServiceSpec) -> list[Kind]:
-    """Optional kinds the spec no longer asks for, in the order they go: the ScaledObject
-    before the replica count returns to the Deployment, a route before the pool it sends to."""
-    routing = spec.routing
-    dropped = [
-        (SCALED_OBJECT, spec.autoscaling is None),
-        (HTTP_ROUTE, routing is None or routing.route is None),
-        (INFERENCE_POOL, routing is None),
-    ]
-    return [kind for kind, gone in dropped if gone]
+def dropped_kinds(desired: list[tuple[Kind, dict[str, Any]]]) -> list[Kind]:
+    """The add-on kinds that are not among the desired objects, in the order they go."""
+    wanted = {kind for kind, _ in desired}
+    return [kind for kind in ADD_ON_KINDS if kind not in wanted]
 
 
 def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
@@ -86,14 +82,15 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     except ValidationError as exc:  # the CRD schema should have stopped this
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
-    for kind in dropped_kinds(spec):
+    objects = desired_objects(owner, spec)
+    for kind in dropped_kinds(objects):
         try:
             if _remove(kube, kind, owner):
                 changes.append(f"deleted {kind.kind} {owner.name}")
         except ApiException as exc:
             problem = problem or failure(kind, owner, exc)
     applied: dict[Kind, dict[str, Any]] = {}
-    for kind, desired in desired_objects(owner, spec):
+    for kind, desired in objects:
         try:
             change, applied[kind] = apply(kube, kind, desired, owner)
         except (NotOwned, KindNotInstalled, ApiException) as exc:
@@ -111,7 +108,7 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     return ReconcileResult(status, problem, changes)
 
 
-def failure(kind: Kind, owner: Owner, exc: Exception) -> Problem:
+def failure(kind: Kind, owner: Owner, exc: NotOwned | KindNotInstalled | ApiException) -> Problem:
     """The problem an API failure on one kind makes; each is retried with growing delays."""
     if isinstance(exc, NotOwned):
         return Problem("ResourceConflict", str(exc), retryable=True)
@@ -119,9 +116,8 @@ def failure(kind: Kind, owner: Owner, exc: Exception) -> Problem:
         reason, need = ADD_ON_KINDS.get(kind, ("KindNotInstalled", f"the service needs {kind.kind}"))
         message = f"{need}: the {kind.kind} kind ({kind.api_version}) is not served by this cluster"
         return Problem(reason, message, retryable=True)
-    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
-    detail = _api_message(getattr(exc, "body", None))
-    return Problem("APIError", f"{kind.kind} {owner.name}: {status} {reason}{detail}", retryable=True)
+    detail = _api_message(exc.body)
+    return Problem("APIError", f"{kind.kind} {owner.name}: {exc.status} {exc.reason}{detail}", retryable=True)
 
 
 def _api_message(body: Any) -> str:

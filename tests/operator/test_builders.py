@@ -51,6 +51,8 @@ def test_add_on_objects_validate_against_their_crds(name):
     for _, obj in desired_objects(OWNER, spec_of(name)):
         if obj["kind"] in ADD_ON_CRDS:
             assert add_on_rejections(obj) == [], obj["kind"]
+        if obj["kind"] == "ScaledObject":  # KEDA reads trigger metadata as strings only
+            assert all(isinstance(v, str) for t in obj["spec"]["triggers"] for v in t["metadata"].values())
 
 
 def test_add_on_objects_are_checked_for_real():
@@ -70,7 +72,6 @@ def test_add_on_objects_are_checked_for_real():
         }
     )
     assert add_on_rejections({**scaled, "spec": {**scaled["spec"], "cooldownPeriod": -1}})
-    assert all(isinstance(v, str) for t in scaled["spec"]["triggers"] for v in t["metadata"].values())
 
 
 def test_deployment_runs_argosy_serve_with_the_engine_flags():

@@ -71,9 +71,13 @@ def test_the_route_sends_the_gateways_traffic_for_the_model_to_the_pool():
 def test_routing_objects_come_and_go_with_the_spec():
     assert set(objects_of("pool-only")) == {"Deployment", "Service", "PodDisruptionBudget", "InferencePool"}
     assert {"InferencePool", "HTTPRoute", "ScaledObject"} <= set(objects_of("routed-from-zero"))
-    assert [k.kind for k in dropped_kinds(spec_of("plain-gpu"))] == ["ScaledObject", "HTTPRoute", "InferencePool"]
-    assert [k.kind for k in dropped_kinds(spec_of("pool-only"))] == ["ScaledObject", "HTTPRoute"]
-    assert dropped_kinds(spec_of("routed-from-zero")) == []
+
+    def dropped(name: str) -> list[str]:
+        return [k.kind for k in dropped_kinds(desired_objects(OWNER, spec_of(name)))]
+
+    assert dropped("plain-gpu") == ["ScaledObject", "HTTPRoute", "InferencePool"]
+    assert dropped("pool-only") == ["ScaledObject", "HTTPRoute"]
+    assert dropped("routed-from-zero") == []
 
 
 def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
