@@ -110,9 +110,17 @@ class ServerMetrics:
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
         self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
-        for series in (self.prompt_tokens, self.generation_tokens, self.preemptions, self.prefix_queries):
-            self.label(series)
-        for series in (self.prefix_hits, self.ttft, self.itl, self.e2e, self.queue_time):
+        for series in (
+            self.prompt_tokens,
+            self.generation_tokens,
+            self.preemptions,
+            self.prefix_queries,
+            self.prefix_hits,
+            self.ttft,
+            self.itl,
+            self.e2e,
+            self.queue_time,
+        ):
             self.label(series)
         for reason in ("stop", "length", "abort"):
             self.success.labels(model_name=self.model_name, finished_reason=reason)
