@@ -51,8 +51,7 @@ async def run_engine(state: ServerState) -> None:
         return state.fail(str(exc), exc.exit_code)
     except asyncio.CancelledError:  # the server stops while the model loads
         if core is not None:
-            core.process.kill()
-            await core.shutdown()
+            await core.shutdown(kill=True)
         raise
     try:
         client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics, config.stream_limits)
@@ -71,8 +70,7 @@ async def run_engine(state: ServerState) -> None:
         )
     except Exception as exc:  # a bug between the core's start and serving: exit, never hang as "loading"
         log.exception("starting to serve failed")
-        core.process.kill()
-        await core.shutdown()
+        await core.shutdown(kill=True)
         return state.fail(f"starting to serve failed: {type(exc).__name__}: {exc}", ENGINE_DIED_EXIT_CODE)
     state.client = client
     await client.run()  # guards its own loop: any failure there ends in client.dead

@@ -100,8 +100,11 @@ class CoreClient:
             await asyncio.sleep(EXIT_POLL_S)
         return self.process.returncode
 
-    async def shutdown(self) -> None:
-        """Asks the core to stop, kills it if it does not, and removes the sockets."""
+    async def shutdown(self, kill: bool = False) -> None:
+        """Asks the core to stop, kills it if it does not (or at once, with `kill`: it may be
+        busy loading and never read the request), and removes the sockets."""
+        if kill:
+            self.process.kill()
         if self.alive:
             self.send(protocol.Shutdown())
             try:
