@@ -38,3 +38,11 @@ class InvalidRequestError(ArgosyError, ValueError):
     def __init__(self, message: str, param: str | None = None):
         self.param = param
         super().__init__(message)
+
+
+class EngineFailedError(ArgosyError):
+    """A request failed in the engine (a bug, or the device): it ends with this error, a 500."""
+
+
+class EngineDeadError(EngineFailedError):
+    """The engine core's process is gone or hung: nothing in flight can finish."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from argosy.server.engine.llm_engine import LLMEngine
 from argosy.server.engine_config import EngineConfig
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 
@@ -80,6 +80,11 @@ class LLM:
             for output in self.engine.step():
                 if output.finished:
                     finished[output.request_id] = output
+            if failed := self.engine.take_failed():
+                for request_id in ids:  # the batch cannot be answered whole: nothing of it stays
+                    self.engine.abort(request_id)
+                request_id, message = next(iter(failed.items()))
+                raise EngineFailedError(f"prompt {ids.index(request_id)} failed: {message}")
         return [finished[i] for i in ids]
 
 

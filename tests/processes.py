@@ -20,6 +20,30 @@ from tests.polling import wait_until
 MODEL = "tiny"  # the name the test servers serve their checkpoint under
 
 
+def children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command's name (state first), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Running or stopped, not a zombie."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def process_group(pgid: int) -> list[int]:
+    """The live processes of a process group."""
+    pids = (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit())
+    return [pid for pid in pids if (stat := _stat(pid)) is not None and int(stat[2]) == pgid and alive(pid)]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

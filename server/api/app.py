@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
@@ -32,7 +33,7 @@ from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.api")
-ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the engine core process died
+ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the engine core process died or hung
 
 
 async def run_engine(state: ServerState) -> None:
@@ -54,9 +55,20 @@ async def run_engine(state: ServerState) -> None:
             await core.shutdown(kill=True)
         raise
     try:
-        client = EngineClient(core, inputs, ready, config.max_waiting_requests, state.metrics, config.stream_limits)
+        client = EngineClient(
+            core,
+            inputs,
+            ready,
+            config.max_waiting_requests,
+            state.metrics,
+            config.stream_limits,
+            config.engine_step_timeout,
+        )
         state.metrics.bind_gauges(
-            lambda: client.num_waiting, lambda: client.num_running, lambda: client.stats().kv_cache_usage
+            lambda: client.num_waiting,
+            lambda: client.num_running,
+            lambda: client.stats().kv_cache_usage,
+            lambda: client.watchdog.stalled_seconds(time.monotonic()),
         )
         state.metrics.describe_cache(
             config.engine.block_size, ready.stats.kv_blocks_total, config.engine.enable_prefix_caching
@@ -121,16 +133,16 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/health", response_class=Response, responses=HEALTH_RESPONSES)
     async def health() -> Response:
+        """Readiness: the engine can serve now (loaded, its core neither dead nor hung, not draining)."""
         if state.ready:
             return Response(status_code=200)
-        reason = "draining" if state.draining else state.failure or "loading"
-        return JSONResponse({"status": reason}, status_code=503)
+        return JSONResponse({"status": state.unready_reason}, status_code=503)
 
     @app.get("/live", response_class=Response, responses=LIVE_RESPONSES)
     async def live() -> Response:
-        """Liveness: the process answers (and its engine core runs), draining or not."""
-        healthy = state.client is None or state.client.healthy
-        return Response(status_code=200 if healthy else 503)
+        """Liveness: the server can still recover by itself (loading, serving or draining); 503
+        once its engine core is dead or hung."""
+        return Response(status_code=200 if state.live else 503)
 
     @app.get("/metrics", response_class=Response, responses=METRICS_RESPONSES)
     async def metrics() -> Response:

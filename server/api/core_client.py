@@ -1,11 +1,15 @@
 """CoreClient: the engine core's child process as the API process's event loop sees it. It
 starts the process, waits for it to load the model, sends it commands and receives its
-messages, over two ZeroMQ sockets on IPC paths of a private folder."""
+messages, over two ZeroMQ sockets on IPC paths of a private folder. The core runs in a
+process group of its own, so that killing it kills whatever it started too (every rank)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,7 +50,8 @@ class CoreClient:
         command = [sys.executable, "-m", "argosy.server.engine.core_process"]
         command += ["--commands", commands, "--outputs", outputs, "--log-format", log_format]
         command += ["--config", msgspec.json.encode(config).decode()]
-        self.process = subprocess.Popen(command)
+        self.process = subprocess.Popen(command, start_new_session=True)
+        self._receiving: asyncio.Future | None = None
 
     @property
     def pid(self) -> int:
@@ -76,20 +81,27 @@ class CoreClient:
     def send(self, command: protocol.CoreCommand) -> None:
         self._commands.send(protocol.encode(command), copy=False)
 
-    async def messages(self) -> AsyncIterator[protocol.EngineCoreOutputs]:
-        """The core's step messages, until its process ends."""
+    async def messages(self) -> AsyncIterator[protocol.EngineCoreOutputs | protocol.CoreFailed]:
+        """The core's messages while it serves, until its process ends."""
         exited = asyncio.ensure_future(self.wait_exit())
         try:
             while (message := await self._next_message(exited)) is not None:
-                if isinstance(message, protocol.EngineCoreOutputs):
+                if not isinstance(message, protocol.CoreReady):
                     yield message
         finally:
             exited.cancel()
 
+    def message_waiting(self) -> bool:
+        """Whether a message has arrived that the event loop has not handled yet (a loop held up
+        by other work must not take the core's silence for a hang)."""
+        arrived = self._receiving is not None and self._receiving.done()
+        return arrived or bool(self._outputs.get(zmq.EVENTS) & zmq.POLLIN)
+
     async def _next_message(self, exited: asyncio.Future) -> protocol.CoreMessage | None:
         """The core's next message, or None once `exited` (its process has ended) is done first."""
-        receive = asyncio.ensure_future(self._outputs.recv())
+        receive = self._receiving = asyncio.ensure_future(self._outputs.recv())
         await asyncio.wait({receive, exited}, return_when=asyncio.FIRST_COMPLETED)
+        self._receiving = None
         if not receive.done():
             receive.cancel()
             return None
@@ -100,18 +112,24 @@ class CoreClient:
             await asyncio.sleep(EXIT_POLL_S)
         return self.process.returncode
 
+    def kill(self) -> None:
+        """SIGKILL to the core's process group: the core and every process it started, stopped
+        or not (a stopped process dies of SIGKILL too)."""
+        with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+            os.killpg(self.process.pid, signal.SIGKILL)
+
     async def shutdown(self, kill: bool = False) -> None:
         """Asks the core to stop, kills it if it does not (or at once, with `kill`: it may be
         busy loading and never read the request), and removes the sockets."""
         if kill:
-            self.process.kill()
+            self.kill()
         if self.alive:
             self.send(protocol.Shutdown())
             try:
                 await asyncio.wait_for(self.wait_exit(), SHUTDOWN_WAIT_S)
             except asyncio.TimeoutError:
-                self.process.kill()
-                self.process.wait()
+                self.kill()
+        self.process.wait()
         self._commands.close()
         self._outputs.close()
         self._sync_context.term()

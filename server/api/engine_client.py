@@ -3,8 +3,9 @@ limits, live figures, submitting and aborting), over the engine core's process.
 
 Everything here runs on the event loop. Requests and aborts go to the core as commands; each
 core message (one per step) is detokenized by the OutputProcessor into deltas, merged into
-the requests' streams. If the core process dies, every request in flight ends with
-EngineDeadError at once."""
+the requests' streams. If the core process dies, or hangs (the ProgressWatchdog: no step's end,
+or no answer to a ping, within --engine-step-timeout), it is killed and every request in flight
+ends with EngineDeadError at once."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from dataclasses import replace
 
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.metrics import ServerMetrics
+from argosy.server.api.progress_watchdog import PING, Hang, ProgressWatchdog
 from argosy.server.api.request_stream import RequestStream, StreamLimits
 from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
-from argosy.server.exceptions import ArgosyError, InvalidRequestError
+from argosy.server.exceptions import ArgosyError, EngineDeadError, EngineFailedError, InvalidRequestError
 from argosy.server.outputs import EngineStats
 from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
@@ -35,14 +37,6 @@ class EngineStoppedError(ArgosyError):
     """The server is shutting down: the request was refused or cut short by the drain."""
 
 
-class EngineFailedError(ArgosyError):
-    """An engine step failed (a bug): the requests of that step end with this error."""
-
-
-class EngineDeadError(EngineFailedError):
-    """The engine core's process is gone: nothing in flight can finish."""
-
-
 class EngineClient:
     def __init__(
         self,
@@ -52,15 +46,17 @@ class EngineClient:
         max_waiting_requests: int,
         metrics: ServerMetrics,
         limits: StreamLimits,
+        step_timeout: float,
     ):
         self.core, self.inputs, self.metrics, self.limits = core, inputs, metrics, limits
         self.max_waiting_requests = max_waiting_requests
         self.outputs = OutputProcessor(inputs.tokenizer)
+        self.watchdog = ProgressWatchdog(step_timeout, time.monotonic())
         self._streams: dict[str, RequestStream] = {}
         self._stats = ready.stats
-        self._sent = self._received = self._waiting = self._running = 0
+        self._sent = self._received = self._waiting = self._running = self._steps = 0
         self._stopped = False
-        self.dead: str | None = None  # why the core is gone, once it is
+        self.dead: str | None = None  # why the core is gone (or hung, and killed), once it is
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -125,6 +121,7 @@ class EngineClient:
         self.outputs.add(request)
         self.core.send(request.core)
         self._sent += 1
+        self.watchdog.sent_work(time.monotonic())
         return stream
 
     def _forget(self, request_id: str, finished: bool) -> None:
@@ -151,41 +148,82 @@ class EngineClient:
             stream.put(error, now)
 
     async def run(self) -> None:
-        """Delivers the core's outputs until its process ends, or until delivering them fails;
-        either way what is in flight then fails, and the server is to exit."""
+        """Delivers the core's outputs until its process ends, it hangs, or delivering them
+        fails; whichever, what is in flight then fails, and the server is to exit."""
+        watch = asyncio.ensure_future(self._watch())
         try:
             async for message in self.core.messages():
-                self._on_message(message)
+                if isinstance(message, protocol.CoreFailed):
+                    self._fail(f"the engine core failed: {message.message}")
+                else:
+                    self._on_message(message)
         except Exception as exc:  # output processing, a stream, a metric: nothing may hang
             log.exception("delivering the engine's outputs failed")
-            self.dead = f"the engine loop failed: {type(exc).__name__}: {exc}"
-            self.core.process.kill()
+            self._fail(f"the engine loop failed: {type(exc).__name__}: {exc}")
         else:
-            if self._stopped:
-                return
-            self.dead = f"the engine core process exited with code {self.core.process.returncode}"
-            log.error(self.dead)
-        self._end_all(EngineDeadError(self.dead))
+            if not self._stopped:
+                self._fail(f"the engine core process exited with code {self.core.process.returncode}")
+        finally:
+            watch.cancel()
+
+    async def _watch(self) -> None:
+        """Pings an idle core, and fails a hung one."""
+        watchdog = self.watchdog
+        while not self._stopped and self.dead is None:
+            await asyncio.sleep(watchdog.tick)
+            verdict = watchdog.poll(time.monotonic(), unread=self.core.message_waiting())
+            if verdict == PING:
+                self.core.send(protocol.Ping())
+            elif isinstance(verdict, Hang):
+                self.metrics.count_hang(verdict.waiting_for)
+                self._fail(self._hang_reason(verdict))
+
+    def _hang_reason(self, hang: Hang) -> str:
+        if hang.waiting_for == "ping":
+            return f"the engine core hung: it answered no ping for {hang.seconds:.1f} s while idle"
+        ids = ", ".join(list(self._streams)[:8]) + (", ..." if len(self._streams) > 8 else "")
+        return (
+            f"the engine core hung: step {self._steps + 1} has not finished after {hang.seconds:.1f} s "
+            f"({self._running} requests running, {self.num_waiting} waiting; in flight: {ids or 'none'})"
+        )
+
+    def _fail(self, reason: str) -> None:
+        """The core is gone, or of no more use: it is killed, and what is in flight ends."""
+        if self.dead is not None:
+            return
+        self.dead = reason
+        log.error("%s; the server stops", reason)
+        self.core.kill()
+        self._end_all(EngineDeadError(reason))
 
     def _on_message(self, message: protocol.EngineCoreOutputs) -> None:
         now = time.monotonic()
+        self._received = message.num_requests_received
+        holds_work = message.num_waiting_requests + message.num_running_requests > 0 or self._sent > self._received
+        self.watchdog.heard(now, holds_work)
         results, stopped = self.outputs.process(message.outputs, now)
         if stopped:
             self.core.send(protocol.FinishSequences(stopped))
-        for failure in message.failed:
-            stream = self._streams.get(failure.request_id)
+        failed = {f.request_id: f.message for f in message.failed}
+        if broken := self.outputs.take_failed():  # failed here: the core still runs them
+            self.core.send(protocol.AbortRequests(list(broken)))
+            failed |= broken
+        for request_id, why in failed.items():
+            self.metrics.forget(request_id)
+            stream = self._streams.get(request_id)
             if stream is not None:
-                stream.put(EngineFailedError(failure.message), now)
+                stream.put(EngineFailedError(why), now)
         for result in results:
             stream = self._streams.get(result.request_id)
             if stream is not None:
                 stream.put(result, now)
         self._stats = message.stats
         self._waiting, self._running = message.num_waiting_requests, message.num_running_requests
-        self._received = message.num_requests_received
+        self._steps = message.num_steps
         self.metrics.observe_step(results, now)
         stats = self._stats
         self.metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
+        self.metrics.observe_engine_step(message.num_steps, message.step_seconds)
 
     async def shutdown(self) -> None:
         self._stopped = True

@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from argosy.server.api.engine_client import EngineFailedError, EngineOverloadedError, EngineStoppedError
+from argosy.server.api.engine_client import EngineOverloadedError, EngineStoppedError
 from argosy.server.api.request_stream import StreamStalledError
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 
 log = logging.getLogger("argosy.api")
 RETRY_AFTER_SECONDS = 1

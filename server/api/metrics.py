@@ -1,8 +1,9 @@
 """Prometheus metrics of one server, in its own registry, every series labelled with the
 served model name. Gauges are read at scrape time; counters and histograms are fed by the
-engine client after each core message. Each series is exported twice, fed together: under
-Argosy's name and under vLLM's (VLLM_NAMES), the model-server protocol that gateways' endpoint
-pickers and dashboards read."""
+engine client after each core message. Each series of the model-server protocol is exported
+twice, fed together: under Argosy's name and under vLLM's (VLLM_NAMES), which gateways'
+endpoint pickers and dashboards read. The engine core's own health (its steps, and how long it
+has owed a message) has Argosy's names only."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ _LATENCY_BUCKETS = (
     160.0,
     640.0,
 )
+# Engine steps: milliseconds on a GPU, up to the watchdog's default timeout on a slow CPU.
+_STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+HANG_KINDS = ("step", "ping")
 
 
 VLLM_NAMES = {
@@ -109,6 +113,27 @@ class ServerMetrics:
         self.itl = histogram("argosy_inter_token_latency_seconds", "Time between a request's successive tokens")
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
         self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
+        self.steps = Counter("argosy_engine_steps", "Steps the engine core has run", labels, registry=r)
+        self.step_duration = Histogram(
+            "argosy_engine_step_duration_seconds",
+            "Wall time of one engine step (schedule, forward pass, sampling)",
+            labels,
+            buckets=_STEP_BUCKETS,
+            registry=r,
+        )
+        self.stall = Gauge(
+            "argosy_engine_stall_seconds",
+            "How long the engine core has owed a message (a step's end, or a ping's answer); past "
+            "--engine-step-timeout it is hung",
+            labels,
+            registry=r,
+        )
+        self.hangs = Counter(
+            "argosy_engine_hangs",
+            "Engine core hangs detected: no step's end (step) or no ping's answer (ping) within the timeout",
+            [*labels, "waiting_for"],
+            registry=r,
+        )
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
         for series in (
             self.prompt_tokens,
@@ -120,12 +145,17 @@ class ServerMetrics:
             self.itl,
             self.e2e,
             self.queue_time,
+            self.steps,
+            self.step_duration,
         ):
             self.label(series)
         for reason in ("stop", "length", "abort"):
             self.success.labels(model_name=self.model_name, finished_reason=reason)
+        for kind in HANG_KINDS:
+            self.hangs.labels(model_name=self.model_name, waiting_for=kind)
         self._last_token_time: dict[str, float] = {}  # of each request in flight that has one
         self._engine_totals = (0, 0, 0)
+        self._num_steps = 0
 
     def label(self, metric):
         return metric.labels(model_name=self.model_name)
@@ -138,11 +168,12 @@ class ServerMetrics:
         values = (self.model_name, str(block_size), str(num_blocks), str(prefix_caching))
         info.labels(*values).set(1)
 
-    def bind_gauges(self, num_waiting, num_running, kv_usage) -> None:
+    def bind_gauges(self, num_waiting, num_running, kv_usage, stall_seconds) -> None:
         """Gauges read these callables whenever Prometheus scrapes."""
         self.label(self.waiting).set_function(num_waiting)
         self.label(self.running).set_function(num_running)
         self.label(self.kv_usage).set_function(kv_usage)
+        self.label(self.stall).set_function(stall_seconds)
 
     def observe_step(self, deltas: list[RequestOutput], now: float) -> None:
         """Counts one step's outputs (DELTA outputs: each holds only the step's new tokens)."""
@@ -166,8 +197,23 @@ class ServerMetrics:
                 self._count_finished(out.outputs[0].finish_reason)
 
     def observe_abort(self, request_id: str) -> None:
-        self._last_token_time.pop(request_id, None)
+        self.forget(request_id)
         self._count_finished("abort")
+
+    def forget(self, request_id: str) -> None:
+        """A request that failed: it ends uncounted."""
+        self._last_token_time.pop(request_id, None)
+
+    def observe_engine_step(self, num_steps: int, seconds: float | None) -> None:
+        """`num_steps`: the core's total so far; `seconds`: its latest step's, if one ran."""
+        if num_steps > self._num_steps:
+            self.label(self.steps).inc(num_steps - self._num_steps)
+            self._num_steps = num_steps
+        if seconds is not None:
+            self.label(self.step_duration).observe(seconds)
+
+    def count_hang(self, waiting_for: str) -> None:
+        self.hangs.labels(model_name=self.model_name, waiting_for=waiting_for).inc()
 
     def _count_finished(self, reason: str | None) -> None:
         self.success.labels(model_name=self.model_name, finished_reason=reason).inc()

@@ -10,7 +10,7 @@ from typing import Literal
 from argosy.flags import setting
 from argosy.server.api.request_stream import StreamLimits
 from argosy.server.engine_config import EngineConfig
-from argosy.server.exceptions import ArgosyError
+from argosy.server.exceptions import ArgosyError, InvalidRequestError
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME
 
 API_KEY_ENV = "ARGOSY_API_KEY"
@@ -33,7 +33,18 @@ class ServerConfig:
         1 << 14, "a request whose client leaves more output tokens unread (logprobs included) is aborted"
     )
     stream_stall_timeout: float = setting(60.0, "seconds a request's output may wait unread before it is aborted")
+    engine_step_timeout: float = setting(
+        120.0,
+        "seconds the engine core may go without finishing a step while it holds work, or without answering a "
+        "ping while idle, before it counts as hung: it is killed, what is in flight fails, and the server exits 70",
+    )
     log_format: Literal["json", "text"] = setting("json", "one JSON object per line, or text")
+
+    def __post_init__(self) -> None:
+        if not self.engine_step_timeout > 0:
+            raise InvalidRequestError(
+                f"engine_step_timeout must be positive, got {self.engine_step_timeout}", param="engine_step_timeout"
+            )
 
     @property
     def model_name(self) -> str:

@@ -33,5 +33,16 @@ class ServerState:
         return (self.client is None or self.client.num_in_flight == 0) and self.responses_in_flight == 0
 
     @property
+    def live(self) -> bool:
+        """False once the engine core is dead or hung: only a restart helps."""
+        return self.client is None or self.client.healthy
+
+    @property
     def ready(self) -> bool:
-        return self.client is not None and self.failure is None and not self.draining
+        return self.client is not None and self.live and self.failure is None and not self.draining
+
+    @property
+    def unready_reason(self) -> str:
+        if self.client is not None and self.client.dead is not None:
+            return self.client.dead
+        return "draining" if self.draining else self.failure or "loading"

@@ -1,7 +1,9 @@
 """The engine core's process under `argosy serve`: it loads the model, says so (CoreReady,
 or CoreFailed and the exit code), then loops. While requests are in flight it busy-loops:
 take every command that arrived, run one step, send that step's outputs as one message.
-Idle, it blocks on its input socket. It ends on Shutdown, or when its parent is gone.
+Idle, it blocks on its input socket, and answers a Ping with a message of the same loop. It
+ends on Shutdown, or when its parent is gone; and when a step failed and the device then
+cannot run one (CoreFailed, exit code 70).
 
 Run by the API process as `python -m argosy.server.engine.core_process ...`."""
 
@@ -12,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 import msgspec
 import zmq
@@ -23,6 +26,7 @@ from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.engine")
 PARENT_CHECK_MS = 1000  # how long an idle core waits on its socket before checking its parent
+DEVICE_BROKEN_EXIT_CODE = 70  # sysexits' EX_SOFTWARE, as the API process's own for a dead core
 
 
 class EngineCoreProc:
@@ -30,25 +34,33 @@ class EngineCoreProc:
 
     def __init__(self, core: EngineCore, commands: zmq.Socket, outputs: zmq.Socket):
         self.core, self.commands, self.outputs = core, commands, outputs
-        self.num_received = 0
+        self.num_received = self.num_steps = 0
         self.parent = os.getppid()
 
-    def run(self) -> None:
+    def run(self) -> int:
+        """Serves until Shutdown or the parent's end (0), or until the device is broken."""
         while True:
             if os.getppid() != self.parent:
                 log.warning("the API process is gone: the engine core stops")
-                return
+                return 0
             if not self.core.has_unfinished_requests() and not self.commands.poll(PARENT_CHECK_MS):
                 continue
             commands = self._receive()
             if any(isinstance(c, protocol.Shutdown) for c in commands):
-                return
+                return 0
             failed = [f for c in commands if (f := self._apply(c)) is not None]
             outputs: list[protocol.EngineCoreOutput] = []
+            seconds = broken = None
             if self.core.has_unfinished_requests():
-                outputs, step_failed = self._step()
+                started = time.monotonic()
+                outputs, step_failed, broken = self._step()
+                seconds = time.monotonic() - started
+                self.num_steps += 1
                 failed += step_failed
-            self._send(outputs, failed)
+            self._send(outputs, failed, seconds)
+            if broken is not None:
+                self.outputs.send(protocol.encode(protocol.CoreFailed(broken, DEVICE_BROKEN_EXIT_CODE)))
+                return DEVICE_BROKEN_EXIT_CODE
 
     def _receive(self) -> list[protocol.CoreCommand]:
         commands = []
@@ -71,21 +83,34 @@ class EngineCoreProc:
                 self.core.abort(request_id)
         elif isinstance(command, protocol.FinishSequences):
             self.core.finish_sequences(command.sequences)
-        return None
+        return None  # a Ping is answered by the message this pass of the loop sends
 
-    def _step(self) -> tuple[list[protocol.EngineCoreOutput], list[protocol.RequestFailed]]:
+    def _step(self) -> tuple[list[protocol.EngineCoreOutput], list[protocol.RequestFailed], str | None]:
+        """One step: its outputs, the requests that failed, and why the device is broken (None
+        while it works). A step that fails as a whole fails every request in flight; then a
+        one-token step tells a broken batch (serving goes on) from a broken device."""
         try:
-            return self.core.step(), []
+            return self.core.step(), self.core.take_failed(), None
         except Exception as exc:  # a bug must fail its requests, not hang them or the loop
             log.exception("engine step failed")
             failed = list(self.core.requests)
             for request_id in failed:
                 self.core.abort(request_id)
-            return [], [protocol.RequestFailed(r, f"engine step failed: {exc!r}") for r in failed]
+            failures = [protocol.RequestFailed(r, f"engine step failed: {exc!r}") for r in failed]
+        try:
+            self.core.check_device()
+        except Exception as exc:
+            log.exception("the device cannot run a step: the engine core stops")
+            return [], failures, f"the device cannot run a step after a failed one: {type(exc).__name__}: {exc}"
+        return [], failures, None
 
-    def _send(self, outputs: list[protocol.EngineCoreOutput], failed: list[protocol.RequestFailed]) -> None:
+    def _send(
+        self, outputs: list[protocol.EngineCoreOutput], failed: list[protocol.RequestFailed], seconds: float | None
+    ) -> None:
         waiting, running = self.core.num_requests()
-        message = protocol.EngineCoreOutputs(outputs, failed, self.core.stats(), waiting, running, self.num_received)
+        message = protocol.EngineCoreOutputs(
+            outputs, failed, self.core.stats(), waiting, running, self.num_received, self.num_steps, seconds
+        )
         self.outputs.send(protocol.encode(message), copy=False)
 
 
@@ -119,10 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         outputs.close()
         return code
     outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.startup.line())))
-    EngineCoreProc(core, commands, outputs).run()
+    code = EngineCoreProc(core, commands, outputs).run()
     outputs.close()
     commands.close()
-    return 0
+    return code
 
 
 if __name__ == "__main__":

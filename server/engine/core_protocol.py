@@ -34,7 +34,12 @@ class Shutdown(msgspec.Struct, array_like=True, tag=True):
     pass
 
 
-CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | Shutdown
+class Ping(msgspec.Struct, array_like=True, tag=True):
+    """Asks an idle core for a message. The core's own loop answers it (every pass of the loop
+    that takes commands sends one), so the answer proves the loop turns, not just the process."""
+
+
+CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | Shutdown | Ping
 
 
 class TokenLogprobs(msgspec.Struct, array_like=True):
@@ -75,6 +80,8 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, tag=True):
     num_waiting_requests: int
     num_running_requests: int
     num_requests_received: int  # since the core started: the API counts what is still in transit
+    num_steps: int = 0  # steps finished since the core started
+    step_seconds: float | None = None  # how long this iteration's step took; None: no step ran
 
 
 class CoreReady(msgspec.Struct, array_like=True, tag=True):
@@ -83,6 +90,9 @@ class CoreReady(msgspec.Struct, array_like=True, tag=True):
 
 
 class CoreFailed(msgspec.Struct, array_like=True, tag=True):
+    """The core cannot go on (the model did not load, or the device cannot run a step); it
+    exits with `exit_code` after sending this."""
+
     message: str
     exit_code: int
 

@@ -1,7 +1,12 @@
 """EngineCore: the scheduler, the KV-cache manager, the model runner and the sampler, in
 tokens only. `step` runs one iteration (schedule, execute, sample) and returns each new token.
 The offline engine calls it in-process; `argosy serve` runs it in a child process
-(core_process.py)."""
+(core_process.py).
+
+What fails in a step belongs to one request or to all. Sampling a sequence (its parameters,
+its logits, its seeded generator) and checking its stop conditions are the request's: a failure
+there ends that request alone (`take_failed`), and the step's other tokens stand. Scheduling,
+block copies, the inputs and the forward pass are the step's: a failure there raises."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import time
 
 import torch
 
-from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, TokenLogprobs
+from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed, TokenLogprobs
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.parallel_sampling import ParallelSampling
 from argosy.server.engine.scheduler import Scheduler
@@ -76,6 +81,7 @@ class EngineCore:
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
+        self._failed: list[RequestFailed] = []
 
     def add_request(self, new: EngineCoreRequest) -> None:
         if new.request_id in self.requests:
@@ -140,7 +146,34 @@ class EngineCore:
         if not targets:  # only partial prefill chunks ran
             return []
         sampled = self.sampler(logits if rows is None else logits[rows], targets)
-        return [self._append(s, t, lp) for s, t, lp in zip(targets, sampled.token_ids, sampled.logprobs)]
+        outputs, failed = [], {}
+        for seq, token_id, logprobs, error in zip(targets, sampled.token_ids, sampled.logprobs, sampled.errors):
+            request_id = seq.request.request_id
+            if request_id in failed:
+                continue
+            if error is None:
+                try:
+                    outputs.append(self._append(seq, token_id, logprobs))
+                    continue
+                except Exception as exc:
+                    log.exception("checking the new token of request %s failed", request_id)
+                    error = f"checking the new token failed: {type(exc).__name__}: {exc}"
+            failed[request_id] = error
+        for request_id, message in failed.items():
+            log.error("request %s failed: %s", request_id, message)
+            self.abort(request_id)
+            self._failed.append(RequestFailed(request_id, message))
+        return [out for out in outputs if out.request_id not in failed] if failed else outputs
+
+    def take_failed(self) -> list[RequestFailed]:
+        """The requests that failed alone since the last call (they are no longer in flight)."""
+        failed, self._failed = self._failed, []
+        return failed
+
+    def check_device(self) -> None:
+        """Raises if the device can no longer run a step (after a step failed: a broken device,
+        not a broken batch)."""
+        self.runner.check_device()
 
     def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None) -> EngineCoreOutput:
         seq.token_ids.append(token_id)

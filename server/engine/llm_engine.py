@@ -1,7 +1,8 @@
 """LLMEngine: the whole engine in one process, for the offline `LLM`: the input processor
 (tokenize, validate), the engine core (schedule, execute, sample) and the output processor
 (detokenize, stop strings), which `argosy serve` splits across two processes. `add_request`
-queues, `step` runs one iteration and returns what changed, `abort` withdraws a request."""
+queues, `step` runs one iteration and returns what changed, `abort` withdraws a request, and
+`take_failed` names the requests that failed alone (no longer in flight) and why."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class LLMEngine:
         self.inputs = InputProcessor.for_model(config)
         self.tokenizer = self.inputs.tokenizer
         self.outputs = OutputProcessor(self.tokenizer)
+        self._failed: dict[str, str] = {}
 
     @property
     def requests(self) -> dict:
@@ -49,7 +51,18 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         results, stopped = self.outputs.process(self.core.step(), time.monotonic())
         self.core.finish_sequences(stopped)
+        for failure in self.core.take_failed():
+            self.outputs.abort(failure.request_id)
+            self._failed[failure.request_id] = failure.message
+        for request_id, message in self.outputs.take_failed().items():
+            self.core.abort(request_id)
+            self._failed[request_id] = message
         return results
+
+    def take_failed(self) -> dict[str, str]:
+        """The requests that failed alone since the last call, and why."""
+        failed, self._failed = self._failed, {}
+        return failed
 
     def stats(self) -> EngineStats:
         return self.core.stats()

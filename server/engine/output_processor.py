@@ -1,10 +1,13 @@
 """OutputProcessor: the API side of the engine's outputs. It follows each request in flight,
 turns the core's new tokens into text (incrementally), logprob entries and finish reasons,
 finds stop strings (and names the sequences they end, so that the core stops them), and
-builds the RequestOutputs the caller sees."""
+builds the RequestOutputs the caller sees. What fails here for one request (detokenizing its
+tokens, building its output) fails that request alone: it is forgotten, and `take_failed`
+names it, so that the caller ends it and has the core abort it."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from argosy.server.engine.core_protocol import EngineCoreOutput, TokenLogprobs
@@ -13,6 +16,8 @@ from argosy.server.outputs import CompletionOutput, Logprob, RequestMetrics, Req
 from argosy.server.sampling_params import RequestOutputKind
 from argosy.server.text.detokenizer import IncrementalDetokenizer, make_detokenizer
 from argosy.server.text.tokenizer import Tokenizer
+
+log = logging.getLogger("argosy.engine")
 
 
 @dataclass
@@ -46,6 +51,7 @@ class OutputProcessor:
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
         self.requests: dict[str, RequestState] = {}
+        self._failed: dict[str, str] = {}  # request id -> why, until taken
         tokenizer.load_vocab_tables()  # now, rather than on the first request
 
     def add(self, request: NewRequest) -> None:
@@ -62,23 +68,43 @@ class OutputProcessor:
         stopped: list[tuple[str, int]] = []
         for out in outputs:
             state = self.requests.get(out.request_id)
-            if state is None:  # aborted, or ended by a stop string before the core knew
+            if state is None:  # aborted, failed, or ended by a stop string before the core knew
                 continue
-            seq = state.seqs.get(out.index) or self._start(state, out, now)
-            if seq.finish_reason is None:
-                if self._append(state, seq, out):
-                    stopped.append((out.request_id, out.index))
-                moved[out.request_id] = state
+            try:
+                seq = state.seqs.get(out.index) or self._start(state, out, now)
+                if seq.finish_reason is None:
+                    if self._append(state, seq, out):
+                        stopped.append((out.request_id, out.index))
+                    moved[out.request_id] = state
+            except Exception as exc:
+                self._fail(out.request_id, "detokenizing its output", exc)
         results = []
         for request_id, state in moved.items():
+            if request_id not in self.requests:  # failed above
+                continue
             finished = state.finished
             if finished:
                 state.metrics.finished_time = now
-                del self.requests[request_id]
             kind = state.request.params.output_kind
             if finished or kind is not RequestOutputKind.FINAL_ONLY:
-                results.append(self._request_output(state, finished, kind))
-        return results, stopped
+                try:
+                    results.append(self._request_output(state, finished, kind))
+                except Exception as exc:
+                    self._fail(request_id, "building its output", exc)
+                    continue
+            if finished:
+                del self.requests[request_id]
+        return results, [s for s in stopped if s[0] not in self._failed]
+
+    def take_failed(self) -> dict[str, str]:
+        """The requests that failed here since the last call, and why."""
+        failed, self._failed = self._failed, {}
+        return failed
+
+    def _fail(self, request_id: str, doing: str, exc: Exception) -> None:
+        log.exception("request %s failed while %s", request_id, doing)
+        del self.requests[request_id]
+        self._failed[request_id] = f"{doing} failed: {type(exc).__name__}: {exc}"
 
     def _start(self, state: RequestState, out: EngineCoreOutput, now: float) -> SequenceState:
         request, p = state.request, state.request.params

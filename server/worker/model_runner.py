@@ -118,12 +118,22 @@ class ModelRunner:
         self.forward(inputs, self._empty_cache(num_blocks))
         peak = torch.cuda.max_memory_allocated(self.device) if cuda else 0
         if self.graphs is not None:
-            batch = self.graphs.sizes[-1]
-            decodes = [SequenceChunk([0], 0, [0], sample=True) for _ in range(batch)]
             if cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
                 before = torch.cuda.memory_allocated(self.device)
-            self.forward(prepare_inputs(decodes, self.block_size, self.device, self.backend), self._empty_cache(1))
+            self._scratch_decode(self.graphs.sizes[-1])
             if cuda:
                 peak += torch.cuda.max_memory_allocated(self.device) - before
         return peak if cuda else None
+
+    def check_device(self) -> None:
+        """One decode token into a scratch block, waited for: raises if the device can no
+        longer compute (a sticky CUDA error fails every later call)."""
+        self._scratch_decode(1)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _scratch_decode(self, batch: int) -> None:
+        """A decode step of `batch` sequences into a one-block scratch cache."""
+        decodes = [SequenceChunk([0], 0, [0], sample=True) for _ in range(batch)]
+        self.forward(prepare_inputs(decodes, self.block_size, self.device, self.backend), self._empty_cache(1))

@@ -1,10 +1,15 @@
 """Sampler: from one row of logits per sequence to one token per sequence, all rows in one
 batch. Penalties, min_tokens, temperature, top-k, top-p and min-p are applied as tensors;
 only seeded rows draw their noise one by one, from their own generator, which is what makes
-a seeded request's output independent of whatever else shares the batch."""
+a seeded request's output independent of whatever else shares the batch.
+
+A failure belongs to the rows it comes from: when the batch fails, each row is sampled alone
+(its generator first put back), and only a row that fails alone, or whose logits leave no token
+to choose, reports an error; the others keep their tokens."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -13,11 +18,15 @@ from argosy.kernels import cpu_kernels
 from argosy.server.engine.core_protocol import TokenLogprobs
 from argosy.server.engine.sequence import Sequence
 
+log = logging.getLogger("argosy.engine")
+NO_TOKEN = "no token could be sampled: the sequence's logits hold no finite value (NaN, or every token masked)"
+
 
 @dataclass
 class SamplerOutput:
     token_ids: list[int]
     logprobs: list[TokenLogprobs | None]
+    errors: list[str | None]  # per row: why it has no token (its request fails), else None
 
 
 class Sampler:
@@ -25,6 +34,25 @@ class Sampler:
         self.eos_token_ids = list(eos_token_ids)
 
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
+        seeded = [(s.generator, s.generator.get_state()) for s in seqs if s.generator is not None]
+        try:
+            return self._batch(logits, seqs)
+        except Exception:
+            log.exception("sampling a batch of %d rows failed: sampling each alone", len(seqs))
+        for generator, state in seeded:
+            generator.set_state(state)
+        rows = [self._sample_alone(logits[i : i + 1], seq) for i, seq in enumerate(seqs)]
+        return SamplerOutput(*(list(column) for column in zip(*rows)))
+
+    def _sample_alone(self, logits: torch.Tensor, seq: Sequence) -> tuple[int, TokenLogprobs | None, str | None]:
+        try:
+            out = self._batch(logits, [seq])
+        except Exception as exc:
+            log.exception("sampling failed for request %s", seq.request.request_id)
+            return 0, None, f"sampling failed: {type(exc).__name__}: {exc}"
+        return out.token_ids[0], out.logprobs[0], out.errors[0]
+
+    def _batch(self, logits: torch.Tensor, seqs: list[Sequence]) -> SamplerOutput:
         """`logits` in the model's dtype: greedy rows take their argmax there (widening is
         exact, so the choice is the same), and only what needs arithmetic is widened to float32."""
         want_logprobs, sampled, edited = [], [], False
@@ -41,14 +69,16 @@ class Sampler:
             _apply_penalties(logits, seqs)
             self._apply_min_tokens(logits, seqs)
         tokens = greedy_tokens(logits)
+        # A greedy row's choice is usable if its logit is finite; a sampled row's, if it had a chance.
+        usable = torch.isfinite(logits.gather(1, tokens[:, None]).squeeze(1))
         if sampled:
             rows = torch.tensor(sampled, device=logits.device)
-            tokens[rows] = _sample(logits[rows].float(), [seqs[i] for i in sampled])
-        token_ids = tokens.tolist()
+            tokens[rows], usable[rows] = _draw(logits[rows].float(), [seqs[i] for i in sampled])
+        token_ids, usable_rows = torch.stack((tokens, usable.to(tokens.dtype))).tolist()
         logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
         if raw_logprobs is not None:
             logprobs = _logprobs(raw_logprobs, tokens, seqs, want_logprobs)
-        return SamplerOutput(token_ids, logprobs)
+        return SamplerOutput(token_ids, logprobs, [None if ok else NO_TOKEN for ok in usable_rows])
 
     def _apply_min_tokens(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
         for i, seq in enumerate(seqs):
@@ -59,7 +89,9 @@ class Sampler:
                 logits[i, banned] = float("-inf")
 
 
-def _sample(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+def _draw(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's drawn token, and whether it had a chance (a probability above zero: rows whose
+    logits hold no finite value draw from NaN)."""
     params = [s.params for s in seqs]
     device = logits.device
     logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
@@ -83,7 +115,8 @@ def _sample(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         if seq.generator is not None:
             noise[i] = torch.empty(vocab).exponential_(generator=seq.generator).to(device)
     # A zero draw would turn a dropped token's 0 / 0 into NaN, which argmax picks.
-    return (probs / noise.clamp_min_(1e-20)).argmax(dim=-1)
+    tokens = (probs / noise.clamp_min_(1e-20)).argmax(dim=-1)
+    return tokens, probs.gather(1, tokens[:, None]).squeeze(1) > 0
 
 
 def _apply_penalties(logits: torch.Tensor, seqs: list[Sequence]) -> None:

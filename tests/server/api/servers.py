@@ -95,6 +95,28 @@ def paused_core(server: RunningServer) -> Iterator[None]:
         os.kill(server.engine.core.pid, signal.SIGCONT)
 
 
+def stream_in_background(
+    url: str, max_tokens: int, results: list, started: threading.Event | None = None
+) -> threading.Thread:
+    """A streamed completion in a thread: its server-sent events' data go into `results` (one
+    list per stream) once it ends; `started` is set at its first event."""
+
+    def run() -> None:
+        body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": max_tokens, "stream": True}
+        events = []
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "ignore_eos": True}, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    if started is not None:
+                        started.set()
+        results.append(events)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def send_without_reading(url: str, path: str, body: dict, receive_buffer: int | None = None) -> socket.socket:
     """A client that sends a request and then only holds the connection open, with a receive
     buffer of `receive_buffer` bytes if given (the kernel's default otherwise)."""

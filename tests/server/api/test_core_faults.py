@@ -22,21 +22,8 @@ from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine_config import EngineConfig
 from tests.polling import wait_until
-from tests.processes import MODEL, serve_process
+from tests.processes import MODEL, alive, children, serve_process
 from tests.server.api.servers import run_server
-
-
-def children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return status not in ("Z", "X")
 
 
 def test_a_killed_core_fails_every_request_at_once_and_the_server_exits_non_zero(llama_checkpoint):

@@ -18,32 +18,7 @@ import httpx
 from argosy.server.exceptions import CheckpointNotFoundError
 from tests.polling import wait_until
 from tests.processes import MODEL, free_port, serve_command, serve_process
-from tests.server.api.servers import metric, paused_core, run_server, send_without_reading
-
-
-def stream_in_background(
-    url: str, max_tokens: int, results: list, started: threading.Event | None = None
-) -> threading.Thread:
-    def run() -> None:
-        body = {
-            "model": MODEL,
-            "prompt": "once upon a time",
-            "max_tokens": max_tokens,
-            "stream": True,
-            "ignore_eos": True,
-        }
-        events = []
-        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as response:
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    events.append(line[6:])
-                    if started is not None:
-                        started.set()
-        results.append(events)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
+from tests.server.api.servers import metric, paused_core, run_server, send_without_reading, stream_in_background
 
 
 def generated_text_tokens(events: list[str]) -> int:

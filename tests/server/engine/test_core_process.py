@@ -1,5 +1,6 @@
-"""The engine core's loop between its two sockets: commands in, one message per step out,
-a failing step failing its requests while the loop goes on."""
+"""The engine core's loop between its two sockets: commands in, one message per step out (a
+ping answered too), a failing step failing its requests while the loop goes on, unless the
+device then cannot run a step: the loop ends and says why."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from argosy.server.engine.core_process import EngineCoreProc
 from argosy.server.engine.engine_core import EngineCore
 from argosy.server.engine_config import EngineConfig
 from argosy.server.sampling_params import SamplingParams
+from argosy.server.worker import sampler
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +26,9 @@ def core(llama_checkpoint) -> EngineCore:
 
 
 @contextmanager
-def core_loop(core: EngineCore) -> Iterator[tuple[zmq.Socket, zmq.Socket]]:
-    """The loop in a thread, and the API's ends of its sockets: (commands, outputs)."""
+def core_loop(core: EngineCore, exit_codes: list | None = None) -> Iterator[tuple[zmq.Socket, zmq.Socket]]:
+    """The loop in a thread, and the API's ends of its sockets: (commands, outputs); what the
+    loop returns goes into `exit_codes`."""
     context = zmq.Context()
     commands, commands_in = context.socket(zmq.PUSH), context.socket(zmq.PULL)
     outputs_out, outputs = context.socket(zmq.PUSH), context.socket(zmq.PULL)
@@ -33,7 +36,9 @@ def core_loop(core: EngineCore) -> Iterator[tuple[zmq.Socket, zmq.Socket]]:
     commands_in.connect("inproc://commands")
     outputs.bind("inproc://outputs")
     outputs_out.connect("inproc://outputs")
-    loop = threading.Thread(target=EngineCoreProc(core, commands_in, outputs_out).run)
+    proc = EngineCoreProc(core, commands_in, outputs_out)
+    codes = exit_codes if exit_codes is not None else []
+    loop = threading.Thread(target=lambda: codes.append(proc.run()))
     loop.start()
     try:
         yield commands, outputs
@@ -54,7 +59,7 @@ def request(request_id: str, max_tokens: int, **params) -> protocol.EngineCoreRe
     return protocol.EngineCoreRequest(request_id, [1, 2, 3, 4], sampling, time.monotonic())
 
 
-def collect(outputs: zmq.Socket, until) -> list[protocol.EngineCoreOutputs]:
+def collect(outputs: zmq.Socket, until) -> list[protocol.CoreMessage]:
     """Messages until `until(messages)` holds."""
     messages: list[protocol.EngineCoreOutputs] = []
     while not until(messages):
@@ -121,3 +126,56 @@ def test_a_duplicate_request_id_fails_that_request_alone(core):
     failures = [f for m in messages for f in m.failed]
     assert [f.request_id for f in failures] == ["twice"] and "already in use" in failures[0].message
     assert len(tokens_of(messages, "twice")) == 50
+
+
+def test_an_idle_core_answers_a_ping_from_its_loop(core):
+    with core_loop(core) as (commands, outputs):
+        send(commands, protocol.Ping())
+        (answer,) = collect(outputs, lambda ms: ms)
+    assert answer.outputs == [] and answer.failed == [] and answer.step_seconds is None
+
+
+def test_messages_count_the_steps_and_time_each(core):
+    with core_loop(core) as (commands, outputs):
+        send(commands, request("a", 3))
+        messages = collect(outputs, lambda ms: len(tokens_of(ms, "a")) == 3)
+    steps = [m for m in messages if m.step_seconds is not None]
+    assert [m.num_steps for m in steps] == list(range(steps[0].num_steps, steps[0].num_steps + len(steps)))
+    assert len(steps) >= 3 and all(m.step_seconds > 0 for m in steps)
+
+
+def test_a_request_whose_sampling_fails_fails_alone(core, monkeypatch):
+    with core_loop(core) as (commands, outputs):
+        send(commands, request("alone", 5))
+        alone = tokens_of(collect(outputs, lambda ms: len(tokens_of(ms, "alone")) == 5), "alone")
+    draw = sampler._draw
+
+    def poisoned(logits, seqs):
+        if any(s.request.request_id == "poison" for s in seqs):
+            raise RuntimeError("injected fault")
+        return draw(logits, seqs)
+
+    monkeypatch.setattr(sampler, "_draw", poisoned)
+    with core_loop(core) as (commands, outputs):
+        send(commands, request("poison", 5, temperature=1.0, seed=1))
+        send(commands, request("fine", 5))
+        messages = collect(outputs, lambda ms: len(tokens_of(ms, "fine")) == 5)
+    failures = [(f.request_id, f.message) for m in messages for f in m.failed]
+    assert failures == [("poison", "sampling failed: RuntimeError: injected fault")]
+    assert tokens_of(messages, "poison") == [] and tokens_of(messages, "fine") == alone
+    assert messages[-1].stats.kv_blocks_used == 0 and not core.has_unfinished_requests()
+
+
+def test_a_failed_step_on_a_device_that_cannot_step_ends_the_loop(core, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(core, "step", broken)
+    monkeypatch.setattr(core, "check_device", broken)
+    codes: list[int] = []
+    with core_loop(core, codes) as (commands, outputs):
+        send(commands, request("doomed", 5))
+        messages = collect(outputs, lambda ms: ms and isinstance(ms[-1], protocol.CoreFailed))
+    assert [f.request_id for f in messages[-2].failed] == ["doomed"]
+    assert messages[-1].message.startswith("the device cannot run a step after a failed one: RuntimeError: CUDA error")
+    assert codes == [messages[-1].exit_code] == [70] and not core.has_unfinished_requests()

@@ -1,4 +1,5 @@
-"""The sampler's transformations, each checked against its definition on crafted logits."""
+"""The sampler's transformations, each checked against its definition on crafted logits; and a
+row that cannot be sampled failing alone."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from hypothesis import strategies as st
 from argosy.kernels import cpu_kernels
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.worker.sampler import Sampler, greedy_tokens
+from argosy.server.worker import sampler
+from argosy.server.worker.sampler import NO_TOKEN, Sampler, greedy_tokens
 
 EOS = 9
 
 
-def seq(prompt=(0,), outputs=(), **params) -> Sequence:
-    s = Sequence(0, Request("r", list(prompt), SamplingParams(**params)), 0, list(prompt))
+def seq(prompt=(0,), outputs=(), request_id="r", **params) -> Sequence:
+    s = Sequence(0, Request(request_id, list(prompt), SamplingParams(**params)), 0, list(prompt))
     s.token_ids.extend(outputs)
     return s
 
@@ -126,3 +128,40 @@ def test_greedy_tokens_are_the_first_maximum_of_each_row(rows, vocab, levels, dt
     with mock.patch.object(cpu_kernels, "cpu_kernels", cpu_kernels.cpu_kernels if kernel else lambda: None):
         tokens = greedy_tokens(logits)
     assert torch.equal(tokens, logits.float().argmax(dim=-1))
+
+
+def test_a_row_whose_sampling_fails_fails_alone_and_the_others_keep_their_draws(monkeypatch):
+    """The batch fails; each row is then sampled alone, a seeded one from its generator as it was
+    before the batch (so its draw is the one it makes without the failure)."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)).tolist()
+
+    def rows():
+        return seq(temperature=0), seq(seed=3), seq(request_id="poison", seed=4)
+
+    expected = sample(logits[:2], *rows()[:2]).token_ids
+    draw = sampler._draw
+
+    def poisoned(logits, seqs):
+        drawn = draw(logits, seqs)  # the generators have moved on when it fails
+        if any(s.request.request_id == "poison" for s in seqs):
+            raise RuntimeError("injected fault")
+        return drawn
+
+    monkeypatch.setattr(sampler, "_draw", poisoned)
+    out = sample(logits, *rows())
+    assert out.token_ids[:2] == expected and out.errors[:2] == [None, None]
+    assert out.errors[2] == "sampling failed: RuntimeError: injected fault"
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+def test_rows_whose_logits_leave_no_token_to_choose_fail_alone(kernel):
+    vocab = 4096  # the greedy rows go through the CPU kernel, or its PyTorch twin
+    logits = torch.randn(5, vocab, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    logits[1] = float("nan")  # a forward pass that overflowed, for this sequence only
+    logits[2] = float("-inf")
+    logits[3] = float("nan")
+    seqs = [seq(temperature=0), seq(temperature=0), seq(temperature=0), seq(seed=5), seq(seed=6)]
+    with mock.patch.object(cpu_kernels, "cpu_kernels", cpu_kernels.cpu_kernels if kernel else lambda: None):
+        out = Sampler((EOS,))(logits, seqs)
+    assert out.errors == [None, NO_TOKEN, NO_TOKEN, NO_TOKEN, None]
+    assert out.token_ids[0] == int(logits[0].float().argmax())
