@@ -13,6 +13,11 @@ from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, InferenceServiceSpec,
 RUN_AS_USER = 10001
 PRE_STOP_SLEEP_SECONDS = 5  # lets endpoint removal reach the proxies before the drain starts
 STARTUP_PERIOD_SECONDS = 10
+# A hung engine is the server's own to catch: it exits within engineStepTimeoutSeconds and the
+# kubelet restarts it. Liveness catches what the server cannot: an API process that stops
+# answering is restarted within LIVENESS_PERIOD_SECONDS * LIVENESS_FAILURES.
+LIVENESS_PERIOD_SECONDS = 10
+LIVENESS_FAILURES = 3
 PROGRESS_MARGIN_SECONDS = 600
 
 
@@ -135,12 +140,13 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
             "failureThreshold": math.ceil(spec.startupTimeoutSeconds / STARTUP_PERIOD_SECONDS),
         },
         "readinessProbe": {**health, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
-        # Liveness asks only whether the process answers: /health is 503 while draining.
+        # /live fails only when the server cannot recover by itself (its engine dead or hung),
+        # never while it drains or runs a long step: /health is 503 while draining.
         "livenessProbe": {
             "httpGet": {"path": "/live", "port": "http"},
-            "periodSeconds": 10,
+            "periodSeconds": LIVENESS_PERIOD_SECONDS,
             "timeoutSeconds": 5,
-            "failureThreshold": 6,
+            "failureThreshold": LIVENESS_FAILURES,
         },
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_SECONDS)]}}},
         "securityContext": {

@@ -214,6 +214,18 @@ class EngineSpec(KubeModel):
             "termination grace period is set above it."
         ),
     )
+    engineStepTimeoutSeconds: int = serve_setting(
+        "engine_step_timeout",
+        convert=int,
+        ge=5,
+        le=3600,
+        description=(
+            "Longest the engine may go without finishing a step while it holds work, or without answering a "
+            "ping while idle (--engine-step-timeout); past it the engine counts as hung, the requests in flight "
+            "fail and the pod's server exits, so that the kubelet restarts it. Keep it above the longest step "
+            "(argosy_engine_step_duration_seconds): a prefill of maxNumBatchedTokens on the slowest node."
+        ),
+    )
     apiKeySecretRef: SecretKeyRef | None = Field(
         None, description=("Secret key holding the API key clients must send as a bearer token.")
     )

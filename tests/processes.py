@@ -96,10 +96,14 @@ def serve_command(checkpoint, port: int, *flags: str) -> list[str]:
 
 
 @contextmanager
-def serve_process(checkpoint, *flags: str) -> Iterator[Process]:
+def serve_process(checkpoint, *flags: str, env: dict[str, str] | None = None) -> Iterator[Process]:
     """`argosy serve` on a test checkpoint, in its own process, as a pod would run it."""
     port = free_port()
     with running(
-        serve_command(checkpoint, port, *flags), f"http://127.0.0.1:{port}", "/health", "the server to become healthy"
+        serve_command(checkpoint, port, *flags),
+        f"http://127.0.0.1:{port}",
+        "/health",
+        "the server to become healthy",
+        env=env,
     ) as proc:
         yield proc

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import ArgosyError
 
+log = logging.getLogger("argosy.engine")
 EXIT_POLL_S = 0.1
 SHUTDOWN_WAIT_S = 10.0
 
@@ -128,6 +130,7 @@ class CoreClient:
             try:
                 await asyncio.wait_for(self.wait_exit(), SHUTDOWN_WAIT_S)
             except asyncio.TimeoutError:
+                log.warning("the engine core did not stop within %.0f s of being asked: killed", SHUTDOWN_WAIT_S)
                 self.kill()
         self.process.wait()
         self._commands.close()

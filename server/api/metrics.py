@@ -36,7 +36,7 @@ _LATENCY_BUCKETS = (
     640.0,
 )
 # Engine steps: milliseconds on a GPU, up to the watchdog's default timeout on a slow CPU.
-_STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 HANG_KINDS = ("step", "ping")
 
 
@@ -118,7 +118,7 @@ class ServerMetrics:
             "argosy_engine_step_duration_seconds",
             "Wall time of one engine step (schedule, forward pass, sampling)",
             labels,
-            buckets=_STEP_BUCKETS,
+            buckets=STEP_BUCKETS,
             registry=r,
         )
         self.stall = Gauge(

@@ -50,6 +50,7 @@ SPECS = {
             "enableChunkedPrefill": False,
             "maxWaitingRequests": 64,
             "shutdownTimeoutSeconds": 120,
+            "engineStepTimeoutSeconds": 300,
             "apiKeySecretRef": {"name": "llm-keys", "key": "api-key"},
         },
     },

@@ -87,6 +87,7 @@ def test_deployment_runs_argosy_serve_with_the_engine_flags():
     assert flags["--block-size"] == "32" and flags["--dtype"] == "bfloat16"
     assert flags["--gpu-memory-utilization"] == "0.85" and flags["--max-num-seqs"] == "128"
     assert flags["--shutdown-timeout"] == "120" and flags["--max-waiting-requests"] == "64"
+    assert flags["--engine-step-timeout"] == "300"
     assert "--no-enable-prefix-caching" in args and "--no-enable-chunked-prefill" in args
     assert flags["--attention-backend"] == "triton" and flags["--quantization"] == "fp8"
     assert "--no-enforce-eager" in args
@@ -104,6 +105,7 @@ def test_deployment_runs_argosy_serve_with_the_engine_flags():
     config = server_config(parser.parse_args(args[1:]))
     assert config.engine.max_num_seqs == 128 and config.engine.enable_chunked_prefill is False
     assert config.shutdown_timeout == 120 and config.engine.block_size == 32
+    assert config.engine_step_timeout == 300
 
 
 def test_pod_is_hardened_probed_and_mounts_the_model_read_only():
@@ -127,7 +129,11 @@ def test_pod_is_hardened_probed_and_mounts_the_model_read_only():
     assert container["startupProbe"]["httpGet"]["path"] == "/health"
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] >= 1800
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/live"  # /health is 503 while draining
+    liveness = container["livenessProbe"]
+    assert liveness["httpGet"]["path"] == "/live"  # /health is 503 while draining
+    # A hung engine makes the server exit; liveness restarts an API process that stops answering
+    # within half a minute, and a single slow answer restarts nothing.
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] <= 30 and liveness["failureThreshold"] > 1
     assert container["lifecycle"]["preStop"]["exec"]["command"][0] == "sleep"
     assert container["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
 

@@ -62,6 +62,7 @@ BAD = [
         ["spec.engine.maxNumBatchedTokens", "maxModelLen"],
     ),
     (with_("engine.shutdownTimeoutSeconds", -1), ["spec.engine.shutdownTimeoutSeconds"]),
+    (with_("engine.engineStepTimeoutSeconds", 0), ["spec.engine.engineStepTimeoutSeconds", "minimum"]),
     (with_("engine.apiKeySecretRef", {"name": "keys"}), ["spec.engine.apiKeySecretRef", "key"]),
     (with_("engine.extraFlag", True), ["spec.engine", "extraFlag"]),
     (with_("replicas", -1), ["spec.replicas", "minimum"]),
