@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -16,6 +14,7 @@ from argosy.server.api.generation import (
     client_closed,
     engine_request_id,
     new_request_id,
+    prepare,
 )
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
@@ -42,7 +41,7 @@ async def create_chat_completion(
                 exc.param = "messages"
             raise
 
-    request = await asyncio.to_thread(build)  # rendering and tokenizing may take seconds: not on the loop
+    request = await prepare(request_id, build)
     gen = Generation(client, request_id, [request])
     base = {"id": request_id, "created": gen.created, "model": state.model_name}
     k = body.top_logprobs or 0

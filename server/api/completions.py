@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -16,6 +14,7 @@ from argosy.server.api.generation import (
     client_closed,
     engine_request_id,
     new_request_id,
+    prepare,
 )
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
@@ -39,7 +38,7 @@ async def create_completion(body: CompletionRequest, http: HTTPRequest, state: S
         ]
         return requests, echoes
 
-    requests, echoes = await asyncio.to_thread(build)  # tokenizing may take seconds: not on the loop
+    requests, echoes = await prepare(request_id, build)
     gen = Generation(client, request_id, requests)
     base = {"id": request_id, "object": "text_completion", "created": gen.created, "model": state.model_name}
 

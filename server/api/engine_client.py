@@ -167,16 +167,21 @@ class EngineClient:
             watch.cancel()
 
     async def _watch(self) -> None:
-        """Pings an idle core, and fails a hung one."""
+        """Pings an idle core, and fails a hung one; if watching itself fails, the core is
+        failed too, rather than left unwatched."""
         watchdog = self.watchdog
-        while not self._stopped and self.dead is None:
-            await asyncio.sleep(watchdog.tick)
-            verdict = watchdog.poll(time.monotonic(), unread=self.core.message_waiting())
-            if verdict == PING:
-                self.core.send(protocol.Ping())
-            elif isinstance(verdict, Hang):
-                self.metrics.count_hang(verdict.waiting_for)
-                self._fail(self._hang_reason(verdict))
+        try:
+            while not self._stopped and self.dead is None:
+                await asyncio.sleep(watchdog.tick)
+                verdict = watchdog.poll(time.monotonic(), unread=self.core.message_waiting())
+                if verdict == PING:
+                    self.core.send(protocol.Ping())
+                elif isinstance(verdict, Hang):
+                    self.metrics.count_hang(verdict.waiting_for)
+                    self._fail(self._hang_reason(verdict))
+        except Exception as exc:
+            log.exception("watching the engine core failed")
+            self._fail(f"watching the engine core failed: {type(exc).__name__}: {exc}")
 
     def _hang_reason(self, hang: Hang) -> str:
         if hang.waiting_for == "ping":

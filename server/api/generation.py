@@ -1,5 +1,6 @@
-"""What the two generation endpoints share: request ids, one engine request per prompt with
-their output streams merged, cancellation on client disconnect, and the access-log line."""
+"""What the two generation endpoints share: request ids, preparing the prompts off the event
+loop, one engine request per prompt with their output streams merged, cancellation on client
+disconnect, and the access-log line."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
@@ -16,10 +18,13 @@ from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import APIError
 from argosy.server.api.request_stream import RequestStream, merge_delta
 from argosy.server.engine.input_processor import NewRequest
+from argosy.server.exceptions import ArgosyError, EngineFailedError
 from argosy.server.outputs import RequestOutput
 
+log = logging.getLogger("argosy.api")
 access_log = logging.getLogger("argosy.access")
 DISCONNECTED = object()  # what cancel_on_disconnect returns when the client went away
+Prepared = TypeVar("Prepared")
 
 
 def new_request_id(http: HTTPRequest, prefix: str) -> str:
@@ -30,6 +35,19 @@ def new_request_id(http: HTTPRequest, prefix: str) -> str:
 
 def engine_request_id(request_id: str, index: int = 0) -> str:
     return f"{request_id}-{index}-{uuid.uuid4().hex[:12]}"
+
+
+async def prepare(request_id: str, build: Callable[[], Prepared]) -> Prepared:
+    """Runs `build` (rendering the chat template, tokenizing: seconds for a long prompt) in a
+    thread. A value the request got wrong raises ArgosyError (a 400); anything else is a bug
+    this request met: it alone fails, with a 500 and an error log naming it."""
+    try:
+        return await asyncio.to_thread(build)
+    except ArgosyError:
+        raise
+    except Exception as exc:
+        log.exception("request %s failed while preparing its prompt", request_id)
+        raise EngineFailedError(f"preparing the prompt failed: {type(exc).__name__}: {exc}") from exc
 
 
 def check_model(requested: str, served: str) -> None:

@@ -47,16 +47,23 @@ def assert_nothing_left(core: int) -> None:
     assert not alive(core) and process_group(core) == []
 
 
+def stop_core_mid_stream(server) -> tuple[int, threading.Thread, list[list[str]]]:
+    """Starts a long stream and stops the server's engine core once its first tokens came:
+    (the core's pid, the stream's thread, where its events go when it ends)."""
+    [core] = children(server.popen.pid)
+    results: list[list[str]] = []
+    started = threading.Event()
+    thread = stream_in_background(server.url, STREAM_TOKENS, results, started)
+    assert started.wait(30)
+    os.kill(core, signal.SIGSTOP)
+    return core, thread, results
+
+
 def test_a_core_stopped_during_a_stream_fails_it_within_the_timeout_and_the_server_exits_70(
     long_context_checkpoint,
 ):
     with serve_process(long_context_checkpoint, "--engine-step-timeout", str(STEP_TIMEOUT)) as server:
-        [core] = children(server.popen.pid)
-        results: list[list[str]] = []
-        started = threading.Event()
-        thread = stream_in_background(server.url, STREAM_TOKENS, results, started)
-        assert started.wait(30)
-        os.kill(core, signal.SIGSTOP)
+        core, thread, results = stop_core_mid_stream(server)
         stopped = time.monotonic()
         thread.join(STEP_TIMEOUT + MARGIN)
         failed_after = time.monotonic() - stopped
@@ -124,12 +131,7 @@ def test_sigterm_while_the_core_is_stopped_does_not_wait_for_ever(long_context_c
     shutdown_timeout = 2
     flags = ("--engine-step-timeout", "60", "--shutdown-timeout", str(shutdown_timeout))
     with serve_process(long_context_checkpoint, *flags) as server:
-        [core] = children(server.popen.pid)
-        results: list[list[str]] = []
-        started = threading.Event()
-        thread = stream_in_background(server.url, STREAM_TOKENS, results, started)
-        assert started.wait(30)
-        os.kill(core, signal.SIGSTOP)
+        core, thread, results = stop_core_mid_stream(server)
         server.popen.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         assert server.popen.wait(shutdown_timeout + SHUTDOWN_WAIT_S + MARGIN) == 0

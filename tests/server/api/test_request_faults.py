@@ -1,8 +1,8 @@
 """One bad request does not take down the others. A failure the engine can pin on one request
 (here: its sampling raises, in a real `argosy serve` whose sampler is made to fail for it; or
-detokenizing its output raises in the API process) ends that request with a 500, logged under
-its id, while the requests beside it get exactly the tokens they get alone, and the server
-goes on serving."""
+tokenizing its prompt or detokenizing its output raises in the API process) ends that request
+with a 500, logged under its id, while the requests beside it get exactly the tokens they get
+alone, and the server goes on serving."""
 
 from __future__ import annotations
 
@@ -96,3 +96,33 @@ def test_a_request_whose_detokenizing_fails_gets_a_500_and_the_core_drops_it(lla
         # The core ran it for 400 tokens, were it not told: its blocks are free, nothing runs.
         wait_until(lambda: server.engine.stats().kv_blocks_used == 0 and server.engine.num_running == 0)
         assert server.state.ready
+
+
+def test_a_request_whose_prompt_cannot_be_tokenized_gets_a_500_logged_under_its_id(llama_checkpoint, caplog):
+    with run_server(llama_checkpoint) as server:
+        tokenizer = server.engine.inputs.tokenizer
+        real_encode = tokenizer.encode
+
+        def encode(text, *args, **kwargs):
+            if "explode" in text:
+                raise RuntimeError("injected fault in the tokenizer")
+            return real_encode(text, *args, **kwargs)
+
+        tokenizer.encode = encode
+        broken = completion(server.url, {**GREEDY, "prompt": "explode, please"}, "broken-2")
+        chat = httpx.post(
+            f"{server.url}/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "explode"}], "max_tokens": 4},
+            headers={"X-Request-Id": "broken-3"},
+            timeout=60,
+        )
+        for answer in (broken, chat):
+            assert answer.status_code == 500
+            assert (
+                answer.json()["error"]["message"]
+                == "preparing the prompt failed: RuntimeError: injected fault in the tokenizer"
+            )
+        assert completion(server.url, GREEDY).status_code == 200 and server.state.ready
+    logged = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "request broken-2 failed while preparing its prompt" in logged
+    assert "request broken-3 failed while preparing its prompt" in logged
