@@ -32,7 +32,7 @@ from argosy.server.text.tokenizer import Tokenizer
 from argosy.server.worker.device import resolve_device, resolve_dtype
 from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
 from argosy.server.worker.model_runner import ModelRunner
-from argosy.server.worker.sampler import Sampler
+from argosy.server.worker.sampler import Sampler, SamplerOutput
 
 log = logging.getLogger("argosy.engine")
 
@@ -145,7 +145,11 @@ class EngineCore:
         targets, rows = self.parallel_sampling.expand(completing)
         if not targets:  # only partial prefill chunks ran
             return []
-        sampled = self.sampler(logits if rows is None else logits[rows], targets)
+        return self._append_sampled(targets, self.sampler(logits if rows is None else logits[rows], targets))
+
+    def _append_sampled(self, targets: list[Sequence], sampled: SamplerOutput) -> list[EngineCoreOutput]:
+        """Each target's new token; a target that could not be sampled, or whose stop check
+        failed, fails its request alone (`take_failed`), and the request's other outputs go."""
         outputs, failed = [], {}
         for seq, token_id, logprobs, error in zip(targets, sampled.token_ids, sampled.logprobs, sampled.errors):
             request_id = seq.request.request_id

@@ -70,11 +70,11 @@ class Sampler:
             self._apply_min_tokens(logits, seqs)
         tokens = greedy_tokens(logits)
         # A greedy row's choice is usable if its logit is finite; a sampled row's, if it had a chance.
-        usable = torch.isfinite(logits.gather(1, tokens[:, None]).squeeze(1))
+        usable = logits.gather(1, tokens[:, None]).view(-1).isfinite()
         if sampled:
             rows = torch.tensor(sampled, device=logits.device)
             tokens[rows], usable[rows] = _draw(logits[rows].float(), [seqs[i] for i in sampled])
-        token_ids, usable_rows = torch.stack((tokens, usable.to(tokens.dtype))).tolist()
+        token_ids, usable_rows = tokens.tolist(), usable.tolist()
         logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
         if raw_logprobs is not None:
             logprobs = _logprobs(raw_logprobs, tokens, seqs, want_logprobs)
