@@ -1,4 +1,5 @@
-"""The InferenceService CRD, generated from the typed models in spec.py and resource.py.
+"""The CRDs of Argosy's kinds, each generated from its description (a CustomResource: the
+InferenceService's in resource.py) and the typed models it names.
 
 `python -m argosy.operator.crd` writes crds/ and the chart's copy; `--check` only says whether
 they are up to date (a test runs it). Pydantic models become a Kubernetes structural schema:
@@ -23,15 +24,11 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from argosy.operator.resource import NAMES, PRINTER_COLUMNS, SUBRESOURCES, InferenceService
-from argosy.operator.spec import GROUP, PLURAL, VERSION
+from argosy.operator.custom_resource import CustomResource
+from argosy.operator.resource import INFERENCE_SERVICE_RESOURCE
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = [ROOT / "crds" / f"{PLURAL}.{GROUP}.yaml", ROOT / "charts" / "argosy" / "crds" / f"{PLURAL}.{GROUP}.yaml"]
-HEADER = (
-    "# The InferenceService CustomResourceDefinition. Generated from argosy/operator/spec.py and\n"
-    "# resource.py by `python -m argosy.operator.crd`: edit the models, not this file.\n"
-)
+RESOURCES = (INFERENCE_SERVICE_RESOURCE,)
 _CONSTRAINTS = {
     annotated_types.Ge: ("minimum", "ge"),
     annotated_types.Le: ("maximum", "le"),
@@ -41,8 +38,16 @@ _CONSTRAINTS = {
 _SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
-def build_crd() -> dict[str, Any]:
-    schema = model_schema(InferenceService)
+def targets(resource: CustomResource) -> list[Path]:
+    """Where the resource's CRD is written: crds/, and the chart's copy."""
+    return [
+        ROOT / "crds" / f"{resource.crd_name}.yaml",
+        ROOT / "charts" / "argosy" / "crds" / f"{resource.crd_name}.yaml",
+    ]
+
+
+def build_crd(resource: CustomResource) -> dict[str, Any]:
+    schema = model_schema(resource.model)
     schema["properties"] = {
         "apiVersion": {"type": "string"},
         "kind": {"type": "string"},
@@ -50,26 +55,31 @@ def build_crd() -> dict[str, Any]:
         **schema["properties"],
     }
     version = {
-        "name": VERSION,
+        "name": resource.kind.version,
         "served": True,
         "storage": True,
-        "subresources": SUBRESOURCES,
-        "additionalPrinterColumns": PRINTER_COLUMNS,
+        "subresources": resource.subresources,
+        "additionalPrinterColumns": list(resource.printer_columns),
         "schema": {"openAPIV3Schema": schema},
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": resource.crd_name,
             "labels": {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/part-of": "argosy"},
         },
-        "spec": {"group": GROUP, "scope": "Namespaced", "names": NAMES, "versions": [version]},
+        "spec": {"group": resource.kind.group, "scope": "Namespaced", "names": resource.names, "versions": [version]},
     }
 
 
-def render() -> str:
-    return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+def render(resource: CustomResource) -> str:
+    model = resource.model
+    header = (
+        f"# The {resource.kind.kind} CustomResourceDefinition. Generated from {model.__module__}.{model.__name__}\n"
+        "# and the models it holds by `python -m argosy.operator.crd`: edit the models, not this file.\n"
+    )
+    return header + yaml.safe_dump(build_crd(resource), sort_keys=False, width=100, allow_unicode=True)
 
 
 def model_schema(cls: type[BaseModel]) -> dict[str, Any]:
@@ -175,14 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m argosy.operator.crd", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a written CRD differs from the models")
     args = parser.parse_args(argv)
-    text = render()
-    stale = [path for path in TARGETS if not path.is_file() or path.read_text() != text]
+    texts = {path: render(resource) for resource in RESOURCES for path in targets(resource)}
+    stale = [path for path, text in texts.items() if not path.is_file() or path.read_text() != text]
     if args.check:
         for path in stale:
             print(f"{path.relative_to(ROOT)} is out of date: run python -m argosy.operator.crd", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
-        path.write_text(text)
+        path.write_text(texts[path])
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

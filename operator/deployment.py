@@ -7,8 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from argosy.operator.labels import labels, metadata, selector_labels
-from argosy.operator.spec import MODEL_MOUNT, SERVER_PORT, InferenceServiceSpec, Owner, engine_flags
+from argosy.operator.kinds import DEPLOYMENT
+from argosy.operator.labels import labels, manifest, selector_labels
+from argosy.operator.owner import Owner
+from argosy.operator.spec import MODEL_MOUNT, InferenceServiceSpec, engine_flags
+from argosy.server.interface import API_KEY_ENV, CACHE_ENV, HEALTH_PATH, LIVE_PATH, METRICS_PATH, SERVER_PORT
 
 RUN_AS_USER = 10001
 PRE_STOP_SLEEP_SECONDS = 5  # lets endpoint removal reach the proxies before the drain starts
@@ -66,14 +69,14 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]
     }
     if spec.autoscaling is None:  # with autoscaling, the replica count belongs to KEDA's HPA
         deployment_spec["replicas"] = spec.replicas
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(owner), "spec": deployment_spec}
+    return manifest(DEPLOYMENT, owner, deployment_spec)
 
 
 def _pod_annotations(spec: InferenceServiceSpec) -> dict[str, str]:
     return {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(SERVER_PORT),
-        "prometheus.io/path": "/metrics",
+        "prometheus.io/path": METRICS_PATH,
         **spec.podAnnotations,
     }
 
@@ -113,13 +116,13 @@ def _pod_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
 def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
     env = [
         {"name": "HOME", "value": "/tmp"},
-        {"name": "ARGOSY_CACHE", "value": "/tmp/argosy"},
+        {"name": CACHE_ENV, "value": "/tmp/argosy"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
     if spec.engine.apiKeySecretRef is not None:
         ref = spec.engine.apiKeySecretRef
-        env.append({"name": "ARGOSY_API_KEY", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
-    health = {"httpGet": {"path": "/health", "port": "http"}}
+        env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    health = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
     container: dict[str, Any] = {
         "name": "server",
         "image": spec.image,
@@ -143,7 +146,7 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
         # /live fails only when the server cannot recover by itself (its engine dead or hung),
         # never while it drains or runs a long step: /health is 503 while draining.
         "livenessProbe": {
-            "httpGet": {"path": "/live", "port": "http"},
+            "httpGet": {"path": LIVE_PATH, "port": "http"},
             "periodSeconds": LIVENESS_PERIOD_SECONDS,
             "timeoutSeconds": 5,
             "failureThreshold": LIVENESS_FAILURES,

@@ -18,7 +18,9 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-LAST_APPLIED = "argosy.dev/last-applied"
+from argosy.operator.kinds import GROUP
+
+LAST_APPLIED = f"{GROUP}/last-applied"
 EXACT_MAPS = frozenset({"selector", "matchLabels", "nodeSelector"})
 KEPT_WHEN_DROPPED = frozenset({"/spec/replicas"})
 

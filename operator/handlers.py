@@ -1,72 +1,98 @@
-"""kopf handlers. Each is short: find the InferenceService, reconcile it, record the status,
-post an Event when something changed. The decisions live in reconcile.py and the builders."""
+"""kopf handlers. Each is short: find the object, reconcile it, record the status, post an
+Event when something changed. The decisions live in reconcile.py and the builders.
+
+Handlers are registered per Controller: one of Argosy's kinds (its description), the function
+that reconciles an object of it, and the kinds it creates, whose changes reconcile their owner."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from argosy.operator.kube import INFERENCE_SERVICE, OWNED_KINDS, KubeClient
-from argosy.operator.labels import MANAGED_BY, OWNER_LABEL
-from argosy.operator.reconcile import reconcile
+from argosy.operator.custom_resource import CustomResource
+from argosy.operator.kinds import GROUP, OWNED_KINDS, Kind
+from argosy.operator.kube import KubeClient
+from argosy.operator.labels import MANAGED_BY
+from argosy.operator.reconcile import ReconcileResult, reconcile
+from argosy.operator.resource import INFERENCE_SERVICE_RESOURCE
 from argosy.operator.status import ready_condition
 
 MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
 MAX_RETRY_DELAY = 300
 
-# One lock per InferenceService: its reconciles never overlap.
-RECONCILE_LOCKS: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+# One lock per object: its reconciles never overlap.
+RECONCILE_LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
+
+
+@dataclass(frozen=True)
+class Controller:
+    resource: CustomResource
+    reconcile: Callable[[KubeClient, dict[str, Any]], ReconcileResult]
+    owned: tuple[Kind, ...]
+    handler_id: str  # kopf's id of the reconcile handler: its progress annotations carry it
+
+
+CONTROLLERS = (Controller(INFERENCE_SERVICE_RESOURCE, reconcile, OWNED_KINDS, "reconcile_service"),)
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # Events come from _reconcile, not from log lines
-    for kind in OWNED_KINDS:  # watch only our own objects, filtered by the API server
-        settings.watching.label_selectors[kind.resource] = MANAGED_SELECTOR
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="argosy.dev")
+    for controller in CONTROLLERS:  # watch only our own objects, filtered by the API server
+        for kind in controller.owned:
+            settings.watching.label_selectors[kind.resource] = MANAGED_SELECTOR
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="argosy.dev", key="last-handled-configuration"
+        prefix=GROUP, key="last-handled-configuration"
     )
     memo.kube = KubeClient.from_environment()
 
 
-@kopf.on.resume(*INFERENCE_SERVICE.resource)
-@kopf.on.create(*INFERENCE_SERVICE.resource)
-@kopf.on.update(*INFERENCE_SERVICE.resource)
-def reconcile_service(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
-    problem = _reconcile(memo.kube, namespace, name)
-    if problem is not None and problem.retryable:
-        raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=min(MAX_RETRY_DELAY, 10 * 2**retry))
+def register(controller: Controller) -> None:
+    kind = controller.resource.kind
+
+    def reconcile_object(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
+        problem = _reconcile(memo.kube, controller, namespace, name)
+        if problem is not None and problem.retryable:
+            delay = min(MAX_RETRY_DELAY, 10 * 2**retry)
+            raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=delay)
+
+    def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        """An owned object changed (rollout progress, a pod failing, someone's edit): reconcile
+        its owner so that status follows and drift is put back."""
+        meta = body.get("metadata") or {}
+        name = (meta.get("labels") or {}).get(kind.owner_label)
+        if name is not None:
+            _reconcile(memo.kube, controller, meta["namespace"], name)
+
+    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+        on(*kind.resource, id=controller.handler_id)(reconcile_object)
+    for owned in controller.owned:
+        kopf.on.event(*owned.resource, id=f"{kind.plural}/owned_object_changed")(owned_object_changed)
 
 
-def owned_object_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """An owned object changed (rollout progress, a pod failing, someone's edit): reconcile
-    its InferenceService so that status follows and drift is put back."""
-    meta = body.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(OWNER_LABEL)
-    if name is not None:
-        _reconcile(memo.kube, meta["namespace"], name)
+for _controller in CONTROLLERS:
+    register(_controller)
 
 
-for _kind in OWNED_KINDS:
-    owned_object_changed = kopf.on.event(*_kind.resource)(owned_object_changed)
-
-
-def _reconcile(kube: KubeClient, namespace: str, name: str):
-    """Reconciles the InferenceService as it is now. Reconciles of one service never overlap,
-    and each reads the spec afresh, so a late one never undoes a newer spec."""
-    with RECONCILE_LOCKS[namespace, name]:
-        body = kube.get(INFERENCE_SERVICE, namespace, name)
+def _reconcile(kube: KubeClient, controller: Controller, namespace: str, name: str):
+    """Reconciles the object as it is now. Reconciles of one object never overlap, and each
+    reads the spec afresh, so a late one never undoes a newer spec."""
+    kind = controller.resource.kind
+    with RECONCILE_LOCKS[kind.plural, namespace, name]:
+        body = kube.get(kind, namespace, name)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        result = reconcile(kube, body)
+        result = controller.reconcile(kube, body)
         before = body.get("status") or {}
         if result.status != {k: before.get(k) for k in result.status}:
-            kube.patch(INFERENCE_SERVICE, namespace, name, {"status": result.status}, subresource="status")
+            kube.patch(kind, namespace, name, {"status": result.status}, subresource="status")
     for change in result.changes:
         kopf.event(body, type="Normal", reason="Reconciled", message=change)
     was, now = ready_condition(before) or {}, ready_condition(result.status) or {}

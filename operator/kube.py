@@ -1,51 +1,15 @@
-"""KubeClient: the few Kubernetes API calls the operator makes, for any kind, through the
-official client. The verbs used here are exactly those in `argosy.operator.rbac.RULES`."""
+"""KubeClient: the few Kubernetes API calls the operator makes, for any kind (kinds.py), through
+the official client. The verbs used here are exactly those in `argosy.operator.rbac.RULES`."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from argosy.operator.spec import GROUP, KIND, PLURAL, VERSION
-
-
-@dataclass(frozen=True)
-class Kind:
-    group: str  # "" for the core API
-    version: str
-    plural: str
-    kind: str
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def resource(self) -> tuple[str, ...]:
-        """The kind as kopf names a resource: (group, version, plural), or (version, plural)."""
-        return (self.group, self.version, self.plural) if self.group else (self.version, self.plural)
-
-    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        path = f"{base}/namespaces/{namespace}/{self.plural}"
-        return path + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
-
-
-DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
-SERVICE = Kind("", "v1", "services", "Service")
-PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
-SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
-INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool")
-HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
-POD = Kind("", "v1", "pods", "Pod")
-INFERENCE_SERVICE = Kind(GROUP, VERSION, PLURAL, KIND)
-# What the operator creates (pods through the Deployment), and so watches.
-OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
-
+from argosy.operator.kinds import Kind
 
 # (connect, read) seconds: a hung connection must not hold a service's reconcile lock forever.
 REQUEST_TIMEOUT = (5, 30)

@@ -1,14 +1,15 @@
-"""Names, labels, selectors and owner references shared by every object the operator builds."""
+"""Names, labels, selectors and owner references shared by every object the operator builds,
+and the head every built manifest starts with."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from argosy.operator.kube import INFERENCE_SERVICE
-from argosy.operator.spec import SERVER_PORT, Owner
+from argosy.operator.kinds import Kind
+from argosy.operator.owner import Owner
+from argosy.server.interface import SERVER_PORT
 
 MANAGED_BY = "argosy-operator"
-OWNER_LABEL = "argosy.dev/inferenceservice"
 
 
 def selector_labels(owner: Owner) -> dict[str, str]:
@@ -17,7 +18,7 @@ def selector_labels(owner: Owner) -> dict[str, str]:
 
 
 def labels(owner: Owner) -> dict[str, str]:
-    return {**selector_labels(owner), "app.kubernetes.io/managed-by": MANAGED_BY, OWNER_LABEL: owner.name}
+    return {**selector_labels(owner), "app.kubernetes.io/managed-by": MANAGED_BY, owner.kind.owner_label: owner.name}
 
 
 def selector_string(owner: Owner) -> str:
@@ -26,8 +27,8 @@ def selector_string(owner: Owner) -> str:
 
 def owner_reference(owner: Owner) -> dict[str, Any]:
     return {
-        "apiVersion": INFERENCE_SERVICE.api_version,
-        "kind": INFERENCE_SERVICE.kind,
+        "apiVersion": owner.kind.api_version,
+        "kind": owner.kind.kind,
         "name": owner.name,
         "uid": owner.uid,
         "controller": True,
@@ -42,6 +43,11 @@ def metadata(owner: Owner) -> dict[str, Any]:
         "labels": labels(owner),
         "ownerReferences": [owner_reference(owner)],
     }
+
+
+def manifest(kind: Kind, owner: Owner, spec: dict[str, Any]) -> dict[str, Any]:
+    """An object of `kind` built for `owner`, named after it."""
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": metadata(owner), "spec": spec}
 
 
 def service_url(owner: Owner) -> str:

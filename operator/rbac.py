@@ -1,33 +1,36 @@
 """The operator's API permissions: one table that the Helm chart's RBAC and its tests use,
-and that matches the calls in kube.py and handlers.py."""
+and that matches the calls in kube.py and handlers.py. Each of Argosy's own kinds (crd.RESOURCES)
+is read, watched and patched, its status written."""
 
 from __future__ import annotations
 
-# (apiGroup, resources, verbs)
-RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
-    ("argosy.dev", ("inferenceservices",), ("get", "list", "watch", "patch")),
-    ("argosy.dev", ("inferenceservices/status",), ("patch",)),
-    ("apps", ("deployments",), ("get", "list", "watch", "create", "patch")),
-    ("", ("services",), ("get", "list", "watch", "create", "patch")),
-    ("policy", ("poddisruptionbudgets",), ("get", "list", "watch", "create", "patch")),
-    ("keda.sh", ("scaledobjects",), ("get", "list", "watch", "create", "patch", "delete")),
-    ("inference.networking.k8s.io", ("inferencepools",), ("get", "list", "watch", "create", "patch", "delete")),
-    ("gateway.networking.k8s.io", ("httproutes",), ("get", "list", "watch", "create", "patch", "delete")),
-    ("", ("pods",), ("list", "watch")),
+from argosy.operator.crd import RESOURCES
+from argosy.operator.kinds import DEPLOYMENT, HTTP_ROUTE, INFERENCE_POOL, PDB, POD, SCALED_OBJECT, SERVICE
+
+Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # (apiGroup, resources, verbs)
+
+RULES: list[Rule] = [
+    *((r.kind.group, (r.kind.plural,), ("get", "list", "watch", "patch")) for r in RESOURCES),
+    *((r.kind.group, (f"{r.kind.plural}/status",), ("patch",)) for r in RESOURCES),
+    # What the operator builds: created, and patched back when it drifts; add-ons also deleted.
+    *((k.group, (k.plural,), ("get", "list", "watch", "create", "patch")) for k in (DEPLOYMENT, SERVICE, PDB)),
+    *(
+        (k.group, (k.plural,), ("get", "list", "watch", "create", "patch", "delete"))
+        for k in (SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+    ),
+    (POD.group, (POD.plural,), ("list", "watch")),
     ("", ("events",), ("create",)),
 ]
 
 # Not a call: owned objects carry blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
 # admission plugin (OpenShift, hardened clusters) allows only to who may update the owner's finalizers.
-ADMISSION_RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
-    ("argosy.dev", ("inferenceservices/finalizers",), ("update",)),
-]
+ADMISSION_RULES: list[Rule] = [(r.kind.group, (f"{r.kind.plural}/finalizers",), ("update",)) for r in RESOURCES]
 
 # kopf's peering (several operator replicas, one active) and its resource discovery.
-PEERING_RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+PEERING_RULES: list[Rule] = [
     ("kopf.dev", ("kopfpeerings",), ("get", "list", "watch", "patch")),
 ]
-CLUSTER_RULES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+CLUSTER_RULES: list[Rule] = [
     ("apiextensions.k8s.io", ("customresourcedefinitions",), ("get", "list", "watch")),
     ("", ("namespaces",), ("get", "list", "watch")),
     ("kopf.dev", ("clusterkopfpeerings",), ("get", "list", "watch", "patch")),

@@ -14,24 +14,15 @@ from pydantic import ValidationError
 
 from argosy.operator.deployment import build_deployment
 from argosy.operator.drift import differences, last_applied, merge_patch, with_last_applied
-from argosy.operator.kube import (
-    DEPLOYMENT,
-    HTTP_ROUTE,
-    INFERENCE_POOL,
-    PDB,
-    POD,
-    SCALED_OBJECT,
-    SERVICE,
-    Kind,
-    KindNotInstalled,
-    KubeClient,
-)
+from argosy.operator.kinds import DEPLOYMENT, HTTP_ROUTE, INFERENCE_POOL, PDB, POD, SCALED_OBJECT, SERVICE, Kind
+from argosy.operator.kube import KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
+from argosy.operator.owner import Owner
 from argosy.operator.routing import build_http_route, build_inference_pool
 from argosy.operator.routing_status import routing_problem
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.service import build_pdb, build_service
-from argosy.operator.spec import InferenceServiceSpec, Owner
+from argosy.operator.spec import InferenceServiceSpec
 from argosy.operator.status import Problem, compute_status
 
 # Kinds that come with add-ons: what the service needs them for, reported when they are missing.

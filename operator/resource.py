@@ -1,6 +1,5 @@
-"""The InferenceService resource as a whole: its status as typed models, and what the CRD
-says about the kind beyond its schema (names, printer columns, subresources), the markers
-Kubebuilder would put on the root type."""
+"""The InferenceService resource as a whole: its status as typed models, and its description
+(names, printer columns, subresources): INFERENCE_SERVICE_RESOURCE."""
 
 from __future__ import annotations
 
@@ -8,10 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.operator.custom_resource import CustomResource
+from argosy.operator.kinds import INFERENCE_SERVICE
 from argosy.operator.kube_types import cel, rules
-from argosy.operator.spec import KIND, PLURAL, InferenceServiceSpec
+from argosy.operator.spec import InferenceServiceSpec
 
-SINGULAR, SHORT_NAMES, CATEGORIES = "inferenceservice", ["ais"], ["argosy"]
 # The name becomes a Service name (DNS-1035) and the prefix of pod names, which must stay
 # whole for the autoscaling query to find them.
 MAX_NAME_LENGTH = 46
@@ -68,31 +68,26 @@ class InferenceService(BaseModel):
     status: InferenceServiceStatus | None = None
 
 
-NAMES = {
-    "kind": KIND,
-    "listKind": f"{KIND}List",
-    "plural": PLURAL,
-    "singular": SINGULAR,
-    "shortNames": SHORT_NAMES,
-    "categories": CATEGORIES,
-}
-
-# What `kubectl get ais` shows.
-PRINTER_COLUMNS = [
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-    {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Ready replicas"},
-    {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
-    {"name": "URL", "type": "string", "jsonPath": ".status.url"},
-    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-]
-
-# status, and scale, so that `kubectl scale ais` (and HPAs) can set spec.replicas.
-SUBRESOURCES = {
-    "status": {},
-    "scale": {
-        "specReplicasPath": ".spec.replicas",
-        "statusReplicasPath": ".status.replicas",
-        "labelSelectorPath": ".status.selector",
+INFERENCE_SERVICE_RESOURCE = CustomResource(
+    kind=INFERENCE_SERVICE,
+    model=InferenceService,
+    singular="inferenceservice",
+    short_names=("ais",),
+    printer_columns=(
+        {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Ready replicas"},
+        {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
+        {"name": "URL", "type": "string", "jsonPath": ".status.url"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ),
+    # status, and scale, so that `kubectl scale ais` (and HPAs) can set spec.replicas.
+    subresources={
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
     },
-}
+)

@@ -9,37 +9,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from argosy.operator.labels import metadata, selector_labels
-from argosy.operator.spec import SERVER_PORT, InferenceServiceSpec, Owner, RouteSpec, RoutingSpec
+from argosy.operator.kinds import GATEWAY, HTTP_ROUTE, INFERENCE_POOL, SERVICE
+from argosy.operator.labels import manifest, selector_labels
+from argosy.operator.owner import Owner
+from argosy.operator.spec import InferenceServiceSpec, RouteSpec, RoutingSpec
+from argosy.server.interface import SERVER_PORT
 
-POOL_API_VERSION = "inference.networking.k8s.io/v1"
-ROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
 # Set by the Inference Extension's body-based router from the request body's `model` field.
 MODEL_HEADER = "X-Gateway-Model-Name"
 
 
 def build_inference_pool(owner: Owner, routing: RoutingSpec) -> dict[str, Any]:
     picker = routing.endpointPicker
-    return {
-        "apiVersion": POOL_API_VERSION,
-        "kind": "InferencePool",
-        "metadata": metadata(owner),
-        "spec": {
+    return manifest(
+        INFERENCE_POOL,
+        owner,
+        {
             "selector": {"matchLabels": selector_labels(owner)},
             "targetPorts": [{"number": SERVER_PORT}],
             "endpointPickerRef": {
-                "kind": "Service",
+                "kind": SERVICE.kind,
                 "name": picker.name,
                 "port": {"number": picker.port},
                 "failureMode": picker.failureMode,
             },
         },
-    }
+    )
 
 
 def build_http_route(owner: Owner, spec: InferenceServiceSpec, route: RouteSpec) -> dict[str, Any]:
     gateway = route.gateway
-    parent = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
+    parent = {"group": GATEWAY.group, "kind": GATEWAY.kind, "name": gateway.name}
     if gateway.namespace:
         parent["namespace"] = gateway.namespace
     if gateway.sectionName:
@@ -49,11 +49,11 @@ def build_http_route(owner: Owner, spec: InferenceServiceSpec, route: RouteSpec)
         match["headers"] = [{"type": "Exact", "name": MODEL_HEADER, "value": spec.model.name}]
     rule: dict[str, Any] = {
         "matches": [match],
-        "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name}],
+        "backendRefs": [{"group": INFERENCE_POOL.group, "kind": INFERENCE_POOL.kind, "name": owner.name}],
         # Gateways' own defaults (Envoy's is 15 s) would cut long generations short; "0s" is none.
         "timeouts": {"request": f"{route.requestTimeoutSeconds}s"},
     }
     route_spec: dict[str, Any] = {"parentRefs": [parent], "rules": [rule]}
     if route.hostnames:
         route_spec["hostnames"] = list(route.hostnames)
-    return {"apiVersion": ROUTE_API_VERSION, "kind": "HTTPRoute", "metadata": metadata(owner), "spec": route_spec}
+    return manifest(HTTP_ROUTE, owner, route_spec)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from argosy.operator.spec import Owner, RouteSpec
+from argosy.operator.owner import Owner
+from argosy.operator.spec import RouteSpec
 from argosy.operator.status import Problem, find_condition
 
 # (kind, condition type) -> the reason the InferenceService reports when it is False.

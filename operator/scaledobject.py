@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from argosy.operator.labels import metadata
-from argosy.operator.spec import InferenceServiceSpec, Owner
+from argosy.operator.kinds import DEPLOYMENT, SCALED_OBJECT
+from argosy.operator.labels import manifest
+from argosy.operator.owner import Owner
+from argosy.operator.spec import InferenceServiceSpec
+from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
 
-WAITING_METRIC, RUNNING_METRIC = "argosy_num_requests_waiting", "argosy_num_requests_running"
 HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 
 
@@ -57,7 +59,7 @@ def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str
     if a.minReplicas == 0:
         triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)
     spec: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": owner.name},
+        "scaleTargetRef": {"apiVersion": DEPLOYMENT.api_version, "kind": DEPLOYMENT.kind, "name": owner.name},
         "minReplicaCount": a.minReplicas,
         "maxReplicaCount": a.maxReplicas,
         "pollingInterval": a.pollingIntervalSeconds,
@@ -100,7 +102,7 @@ def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str
     }
     if a.minReplicas == 0:  # KEDA waits this long after the last activity before going to zero
         spec["cooldownPeriod"] = a.scaleDownStabilizationSeconds
-    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": metadata(owner), "spec": spec}
+    return manifest(SCALED_OBJECT, owner, spec)
 
 
 def _number(value: float) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from argosy.flags import flag_name, settings_of
 from argosy.operator.kube_types import (
@@ -32,9 +32,7 @@ from argosy.server.engine_config import (
     Quantization,
 )
 
-GROUP, VERSION, PLURAL, KIND = "argosy.dev", "v1alpha1", "inferenceservices", "InferenceService"
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
-SERVER_PORT = 8000
 MODEL_MOUNT = "/models"
 _SERVER = ServerConfig()
 
@@ -410,19 +408,3 @@ class InferenceServiceSpec(KubeModel):
     podAnnotations: dict[str, str] = Field(default_factory=dict, description="Added to the pods' annotations.")
     serviceAccountName: str | None = Field(None, description="The pods' ServiceAccount.")
     priorityClassName: str | None = Field(None, description="The pods' PriorityClass.")
-
-
-class Owner(BaseModel):
-    """The InferenceService a built object belongs to."""
-
-    name: str
-    namespace: str
-    uid: str
-    generation: int = 1
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Owner:
-        meta = body["metadata"]
-        return cls(
-            name=meta["name"], namespace=meta["namespace"], uid=meta["uid"], generation=meta.get("generation", 1)
-        )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from argosy.operator.labels import selector_string, service_url
-from argosy.operator.spec import Owner
+from argosy.operator.owner import Owner
 from argosy.server.exceptions import CheckpointNotFoundError
 
 # Waiting reasons that will not clear without someone changing something.

@@ -31,6 +31,7 @@ from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
 from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
+from argosy.server.interface import HEALTH_PATH, LIVE_PATH, METRICS_PATH
 
 log = logging.getLogger("argosy.api")
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the engine core process died or hung
@@ -131,20 +132,20 @@ def build_app(config: ServerConfig) -> FastAPI:
             )
         return state.client
 
-    @app.get("/health", response_class=Response, responses=HEALTH_RESPONSES)
+    @app.get(HEALTH_PATH, response_class=Response, responses=HEALTH_RESPONSES)
     async def health() -> Response:
         """Readiness: the engine can serve now (loaded, its core neither dead nor hung, not draining)."""
         if state.ready:
             return Response(status_code=200)
         return JSONResponse({"status": state.unready_reason}, status_code=503)
 
-    @app.get("/live", response_class=Response, responses=LIVE_RESPONSES)
+    @app.get(LIVE_PATH, response_class=Response, responses=LIVE_RESPONSES)
     async def live() -> Response:
         """Liveness: the server can still recover by itself (loading, serving or draining); 503
         once its engine core is dead or hung."""
         return Response(status_code=200 if state.live else 503)
 
-    @app.get("/metrics", response_class=Response, responses=METRICS_RESPONSES)
+    @app.get(METRICS_PATH, response_class=Response, responses=METRICS_RESPONSES)
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -2,110 +2,105 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from fastapi import Request as HTTPRequest
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.generation import (
-    DISCONNECTED,
-    Generation,
-    cancel_on_disconnect,
-    check_model,
-    client_closed,
-    engine_request_id,
-    new_request_id,
-    prepare,
-)
+from argosy.server.api.generation import Generation, engine_request_id, serve_call
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, top_k
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.outputs import Logprob
+from argosy.server.outputs import Logprob, RequestOutput
+from argosy.server.sampling_params import SamplingParams
+from argosy.server.text.tokenizer import Tokenizer
 
 
 async def create_chat_completion(
     body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
-):
-    check_model(body.model, state.model_name)
-    params = body.to_sampling_params()
-    request_id = new_request_id(http, "chatcmpl")
+) -> Response:
     tokenizer = client.tokenizer
 
-    def build() -> NewRequest:
+    def build(request_id: str, params: SamplingParams) -> tuple[list[NewRequest], None]:
         try:
             prompt = tokenizer.apply_chat_template(body.messages, body.add_generation_prompt is not False)
-            return client.make_request(engine_request_id(request_id), prompt, params, add_special_tokens=False)
+            return [client.make_request(engine_request_id(request_id), prompt, params, add_special_tokens=False)], None
         except InvalidRequestError as exc:  # the prompt a chat call has is its messages
             if exc.param == "prompt":
                 exc.param = "messages"
             raise
 
-    request = await prepare(request_id, build)
-    gen = Generation(client, request_id, [request])
-    base = {"id": request_id, "created": gen.created, "model": state.model_name}
-    k = body.top_logprobs or 0
+    def reply(gen: Generation, params: SamplingParams, _: None) -> ChatReply:
+        return ChatReply(body, gen, params, state.model_name, tokenizer)
 
-    def logprobs(delta: Delta) -> dict | None:
-        if not body.logprobs:
-            return None
-        return {
-            "content": [
-                {**token_entry(t, e[t]), "top_logprobs": [token_entry(*alt) for alt in top_k(e, k)]}
-                for t, e in zip(delta.token_ids, delta.logprobs)
-            ]
-        }
+    return await serve_call(body, http, state.model_name, client, "chatcmpl", build, reply)
 
-    def token_entry(token_id: int, lp: Logprob) -> dict:
-        return {"token": lp.decoded_token, "logprob": lp.logprob, "bytes": list(tokenizer.token_bytes(token_id))}
 
-    if body.streaming:
+class ChatReply:
+    def __init__(
+        self, body: ChatCompletionRequest, gen: Generation, params: SamplingParams, model: str, tokenizer: Tokenizer
+    ):
+        self.request, self.gen, self.n, self.tokenizer = body, gen, params.n, tokenizer
+        self.base = {"id": gen.request_id, "created": gen.created, "model": model}
+
+    def stream(self) -> AsyncIterator[str]:
+        base = {**self.base, "object": "chat.completion.chunk"}
+        role = [
+            {
+                **base,
+                "usage": None,
+                "choices": [
+                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                ],
+            }
+            for i in range(self.n)
+        ]
 
         def chunk(index: int, delta: Delta) -> dict:
             return {
                 **base,
-                "object": "chat.completion.chunk",
                 "usage": None,
                 "choices": [
                     {
                         "index": index,
                         "delta": {"content": delta.text} if delta.text else {},
-                        "logprobs": logprobs(delta),
+                        "logprobs": self._logprobs(delta),
                         "finish_reason": delta.finish_reason,
                         "stop_reason": delta.stop_reason,
                     }
                 ],
             }
 
-        role = [
+        usage_chunk = (lambda u: {**base, "choices": [], "usage": u}) if self.request.include_usage else None
+        return stream_events(self.gen, self.n, chunk, usage_chunk, role)
+
+    def body(self, finals: list[RequestOutput]) -> dict:
+        (final,) = finals
+        choices = [
             {
-                **base,
-                "object": "chat.completion.chunk",
-                "usage": None,
-                "choices": [
-                    {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-                ],
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": self._logprobs(Delta(c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)),
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
             }
-            for i in range(params.n)
+            for c in final.outputs
         ]
-        usage_chunk = (
-            (lambda u: {**base, "object": "chat.completion.chunk", "choices": [], "usage": u})
-            if body.include_usage
-            else None
-        )
-        return StreamingResponse(stream_events(gen, params.n, chunk, usage_chunk, role), media_type="text/event-stream")
-    finals = await cancel_on_disconnect(http, gen.finals())
-    if finals is DISCONNECTED:
-        return client_closed()
-    (final,) = finals
-    choices = [
-        {
-            "index": c.index,
-            "message": {"role": "assistant", "content": c.text},
-            "logprobs": logprobs(Delta(c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)),
-            "finish_reason": c.finish_reason,
-            "stop_reason": c.stop_reason,
+        return {**self.base, "object": "chat.completion", "choices": choices, "usage": self.gen.usage()}
+
+    def _logprobs(self, delta: Delta) -> dict | None:
+        if not self.request.logprobs:
+            return None
+        k = self.request.top_logprobs or 0
+        return {
+            "content": [
+                {**self._token(t, e[t]), "top_logprobs": [self._token(*alt) for alt in top_k(e, k)]}
+                for t, e in zip(delta.token_ids, delta.logprobs)
+            ]
         }
-        for c in final.outputs
-    ]
-    return JSONResponse({**base, "object": "chat.completion", "choices": choices, "usage": gen.usage()})
+
+    def _token(self, token_id: int, lp: Logprob) -> dict:
+        return {"token": lp.decoded_token, "logprob": lp.logprob, "bytes": list(self.tokenizer.token_bytes(token_id))}

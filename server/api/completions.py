@@ -2,32 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from fastapi import Request as HTTPRequest
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.generation import (
-    DISCONNECTED,
-    Generation,
-    cancel_on_disconnect,
-    check_model,
-    client_closed,
-    engine_request_id,
-    new_request_id,
-    prepare,
-)
+from argosy.server.api.generation import Generation, engine_request_id, serve_call
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k
 from argosy.server.engine.input_processor import NewRequest
+from argosy.server.outputs import RequestOutput
+from argosy.server.sampling_params import SamplingParams
 
 
-async def create_completion(body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient):
-    check_model(body.model, state.model_name)
-    params = body.to_sampling_params()
-    request_id = new_request_id(http, "cmpl")
-
-    def build() -> tuple[list[NewRequest], list[str]]:
+async def create_completion(
+    body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
+) -> Response:
+    def build(request_id: str, params: SamplingParams) -> tuple[list[NewRequest], list[str]]:
         requests = [
             client.make_request(engine_request_id(request_id, i), prompt, params)
             for i, prompt in enumerate(body.prompts())
@@ -38,34 +31,42 @@ async def create_completion(body: CompletionRequest, http: HTTPRequest, state: S
         ]
         return requests, echoes
 
-    requests, echoes = await prepare(request_id, build)
-    gen = Generation(client, request_id, requests)
-    base = {"id": request_id, "object": "text_completion", "created": gen.created, "model": state.model_name}
+    def reply(gen: Generation, params: SamplingParams, echoes: list[str]) -> CompletionReply:
+        return CompletionReply(body, gen, params, state.model_name, echoes)
 
-    def choice(index: int, delta: Delta) -> dict:
+    return await serve_call(body, http, state.model_name, client, "cmpl", build, reply)
+
+
+class CompletionReply:
+    def __init__(self, body: CompletionRequest, gen: Generation, params: SamplingParams, model: str, echoes: list[str]):
+        self.request, self.gen, self.n, self.echoes = body, gen, params.n, echoes
+        self.base = {"id": gen.request_id, "object": "text_completion", "created": gen.created, "model": model}
+
+    def stream(self) -> AsyncIterator[str]:
+        def chunk(index: int, delta: Delta) -> dict:
+            return {**self.base, "choices": [self._choice(index, delta)], "usage": None}
+
+        usage_chunk = (lambda u: {**self.base, "choices": [], "usage": u}) if self.request.include_usage else None
+        return stream_events(self.gen, self.n, chunk, usage_chunk, prefix=lambda i: self.echoes[i])
+
+    def body(self, finals: list[RequestOutput]) -> dict:
+        choices = []
+        for i, output in enumerate(finals):
+            for c in output.outputs:
+                delta = Delta(self.echoes[i] + c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
+                delta.offset = len(self.echoes[i])
+                choices.append(self._choice(i * self.n + c.index, delta))
+        return {**self.base, "choices": choices, "usage": self.gen.usage()}
+
+    def _choice(self, index: int, delta: Delta) -> dict:
+        logprobs = self.request.logprobs
         return {
             "index": index,
             "text": delta.text,
             "finish_reason": delta.finish_reason,
             "stop_reason": delta.stop_reason,
-            "logprobs": _logprobs(delta, body.logprobs) if body.logprobs is not None else None,
+            "logprobs": _logprobs(delta, logprobs) if logprobs is not None else None,
         }
-
-    if body.streaming:
-        chunk = lambda index, delta: {**base, "choices": [choice(index, delta)], "usage": None}  # noqa: E731
-        usage_chunk = (lambda u: {**base, "choices": [], "usage": u}) if body.include_usage else None
-        events = stream_events(gen, params.n, chunk, usage_chunk, prefix=lambda i: echoes[i])
-        return StreamingResponse(events, media_type="text/event-stream")
-    finals = await cancel_on_disconnect(http, gen.finals())
-    if finals is DISCONNECTED:
-        return client_closed()
-    choices = []
-    for i, output in enumerate(finals):
-        for c in output.outputs:
-            delta = Delta(echoes[i] + c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
-            delta.offset = len(echoes[i])
-            choices.append(choice(i * params.n + c.index, delta))
-    return JSONResponse({**base, "choices": choices, "usage": gen.usage()})
 
 
 def _logprobs(delta: Delta, k: int) -> dict:

@@ -1,6 +1,6 @@
-"""What the two generation endpoints share: request ids, preparing the prompts off the event
-loop, one engine request per prompt with their output streams merged, cancellation on client
-disconnect, and the access-log line."""
+"""What the two generation endpoints share: their flow (`serve_call`: request ids, preparing the
+prompts off the event loop, one engine request per prompt with their output streams merged, a
+stream or one body, cancellation on client disconnect), and the access-log line."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from fastapi import Request as HTTPRequest
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import APIError
+from argosy.server.api.protocol import SamplingFields
 from argosy.server.api.request_stream import RequestStream, merge_delta
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.exceptions import ArgosyError, EngineFailedError
 from argosy.server.outputs import RequestOutput
+from argosy.server.sampling_params import SamplingParams
 
 log = logging.getLogger("argosy.api")
 access_log = logging.getLogger("argosy.access")
@@ -35,6 +37,41 @@ def new_request_id(http: HTTPRequest, prefix: str) -> str:
 
 def engine_request_id(request_id: str, index: int = 0) -> str:
     return f"{request_id}-{index}-{uuid.uuid4().hex[:12]}"
+
+
+class Reply(Protocol):
+    """How one endpoint answers a call: as server-sent events, or as one body once every
+    request has finished."""
+
+    def stream(self) -> AsyncIterator[str]: ...
+
+    def body(self, finals: list[RequestOutput]) -> dict: ...
+
+
+async def serve_call(
+    body: SamplingFields,
+    http: HTTPRequest,
+    model_name: str,
+    client: EngineClient,
+    id_prefix: str,
+    build: Callable[[str, SamplingParams], tuple[list[NewRequest], Prepared]],
+    reply: Callable[[Generation, SamplingParams, Prepared], Reply],
+) -> Response:
+    """One generation call: `build` makes its engine requests (and whatever else the reply
+    needs) from its id and sampling parameters, off the event loop; they are submitted; then
+    `reply` answers, streamed or whole (499 when the client leaves before the end)."""
+    check_model(body.model, model_name)
+    params = body.to_sampling_params()
+    request_id = new_request_id(http, id_prefix)
+    requests, prepared = await prepare(request_id, lambda: build(request_id, params))
+    gen = Generation(client, request_id, requests)
+    answer = reply(gen, params, prepared)
+    if body.streaming:
+        return StreamingResponse(answer.stream(), media_type="text/event-stream")
+    finals = await cancel_on_disconnect(http, gen.finals())
+    if finals is DISCONNECTED:
+        return client_closed()
+    return JSONResponse(answer.body(finals))
 
 
 async def prepare(request_id: str, build: Callable[[], Prepared]) -> Prepared:

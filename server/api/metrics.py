@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
 from argosy.server.outputs import RequestOutput
 
 _LATENCY_BUCKETS = (
@@ -41,8 +42,8 @@ HANG_KINDS = ("step", "ping")
 
 
 VLLM_NAMES = {
-    "argosy_num_requests_waiting": "vllm:num_requests_waiting",
-    "argosy_num_requests_running": "vllm:num_requests_running",
+    WAITING_METRIC: "vllm:num_requests_waiting",
+    RUNNING_METRIC: "vllm:num_requests_running",
     "argosy_kv_cache_usage_ratio": "vllm:kv_cache_usage_perc",
     "argosy_prompt_tokens_total": "vllm:prompt_tokens_total",
     "argosy_generation_tokens_total": "vllm:generation_tokens_total",
@@ -98,8 +99,8 @@ class ServerMetrics:
             names = (name, VLLM_NAMES[name])
             return Twins(*(Histogram(n, doc, labels, buckets=_LATENCY_BUCKETS, registry=r) for n in names))
 
-        self.waiting = gauge("argosy_num_requests_waiting", "Requests accepted and waiting to be scheduled")
-        self.running = gauge("argosy_num_requests_running", "Requests in the running batch")
+        self.waiting = gauge(WAITING_METRIC, "Requests accepted and waiting to be scheduled")
+        self.running = gauge(RUNNING_METRIC, "Requests in the running batch")
         self.kv_usage = gauge("argosy_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use")
         self.prompt_tokens = counter("argosy_prompt_tokens_total", "Prompt tokens of served requests")
         self.generation_tokens = counter("argosy_generation_tokens_total", "Generated tokens")

@@ -11,16 +11,15 @@ from argosy.flags import setting
 from argosy.server.api.request_stream import StreamLimits
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import ArgosyError, InvalidRequestError
+from argosy.server.interface import API_KEY_ENV, SERVER_PORT
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME
-
-API_KEY_ENV = "ARGOSY_API_KEY"
 
 
 @dataclass
 class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     host: str = setting("127.0.0.1", "address to listen on")
-    port: int = setting(8000, "port to listen on (the API and /metrics)")
+    port: int = setting(SERVER_PORT, "port to listen on (the API and /metrics)")
     api_key: str | None = setting(None, "bearer key required on /v1/*", env=API_KEY_ENV)
     api_key_file: str | None = setting(None, "file holding the bearer key (a mounted Secret stays out of ps)")
     max_waiting_requests: int = setting(1024, "queued requests beyond which new ones get 503 + Retry-After")
@@ -56,11 +55,11 @@ class ServerConfig:
 
 
 def resolve_api_key(config: ServerConfig) -> str | None:
-    """The key from --api-key (or ARGOSY_API_KEY), or read from --api-key-file; not both."""
+    """The key from --api-key (or its environment variable), or read from --api-key-file; not both."""
     if config.api_key_file is None:
         return config.api_key
     if config.api_key:
-        raise ArgosyError("give --api-key (or ARGOSY_API_KEY) or --api-key-file, not both")
+        raise ArgosyError(f"give --api-key (or {API_KEY_ENV}) or --api-key-file, not both")
     try:
         key = Path(config.api_key_file).read_text().strip()
     except OSError as exc:

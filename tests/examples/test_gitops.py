@@ -11,7 +11,7 @@ import lupa
 import pytest
 import yaml
 
-from argosy.operator.spec import Owner
+from argosy.operator.owner import Owner
 from argosy.operator.status import Problem, compute_status
 from tests.operator.crd_schema import admit
 

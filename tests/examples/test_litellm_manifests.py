@@ -10,7 +10,7 @@ import kubernetes_validate
 import yaml
 
 from argosy.operator.labels import service_url
-from argosy.operator.spec import Owner
+from argosy.operator.owner import Owner
 from tests.examples.test_gitops import ROOT, kustomize
 from tests.operator.crd_schema import admit
 

@@ -12,7 +12,7 @@ import kmock
 import kopf
 
 from argosy.operator import status
-from argosy.operator.kube import OWNED_KINDS
+from argosy.operator.kinds import OWNED_KINDS
 from tests.operator.crd_schema import load_crd
 from tests.operator.emulator import ClusterEmulator
 from tests.polling import eventually

@@ -10,10 +10,11 @@ import kubernetes_validate
 import pytest
 
 from argosy.operator.deployment import build_deployment, server_args
+from argosy.operator.owner import Owner
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
 from argosy.operator.service import build_pdb, build_service
-from argosy.operator.spec import EngineSpec, InferenceServiceSpec, Owner, engine_flags
+from argosy.operator.spec import EngineSpec, InferenceServiceSpec, engine_flags
 from argosy.server.api.serve_command import add_serve_args, server_config
 from argosy.server.engine_config import EngineConfig
 from tests.operator.crd_schema import ADD_ON_CRDS, add_on_rejections, admit

@@ -10,8 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from argosy.operator.owner import Owner
 from argosy.operator.reconcile import desired_objects
-from argosy.operator.spec import InferenceServiceSpec, Owner
+from argosy.operator.spec import InferenceServiceSpec
 from tests.operator.cluster import DEPLOYMENTS, SERVICES, eventually, live, running_operator
 from tests.operator.crd_schema import ADD_ON_CRDS, ROOT, add_on_rejections, admit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jsonschema
 
 from argosy.operator.drift import differences, merge_patch
-from argosy.operator.spec import Owner
+from argosy.operator.owner import Owner
 from argosy.operator.status import Problem, compute_status, diagnose_pods
 from argosy.server.exceptions import CheckpointNotFoundError
 from tests.operator.crd_schema import load_crd, openapi_schema, to_jsonschema

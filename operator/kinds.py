@@ -1,0 +1,49 @@
+"""The Kubernetes kinds the operator reads and writes, each named once: its group, version,
+plural and kind, from which manifests take their apiVersion and the client its paths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP, VERSION = "argosy.dev", "v1alpha1"  # the API group of Argosy's own kinds
+
+
+@dataclass(frozen=True)
+class Kind:
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def resource(self) -> tuple[str, ...]:
+        """The kind as kopf names a resource: (group, version, plural), or (version, plural)."""
+        return (self.group, self.version, self.plural) if self.group else (self.version, self.plural)
+
+    @property
+    def owner_label(self) -> str:
+        """For one of Argosy's kinds: the label naming, on every object built for one of its
+        objects, the object it belongs to."""
+        return f"{self.group}/{self.kind.lower()}"
+
+    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        return path + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+
+
+DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
+SERVICE = Kind("", "v1", "services", "Service")
+PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
+SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
+INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool")
+HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
+GATEWAY = Kind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
+POD = Kind("", "v1", "pods", "Pod")
+INFERENCE_SERVICE = Kind(GROUP, VERSION, "inferenceservices", "InferenceService")
+# What the operator creates for an InferenceService (pods through the Deployment), and so watches.
+OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
