@@ -20,7 +20,9 @@ from argosy.kernels.attention_backend import select_backend
 from argosy.kernels.triton_attention_decode import decode_attention, num_splits_for
 from argosy.kernels.triton_backend import TritonAttention
 from argosy.server.models.decoder import CausalLM
-from argosy.server.models.fp8 import linear_weight_bytes, quantize_fp8
+from argosy.server.models.fp8 import linear_weight_bytes
+from argosy.server.models.linear import process_weights
+from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.model_config import ModelConfig, RopeConfig
 from argosy.server.worker.cuda_graphs import DecodeGraphs
 from argosy.server.worker.model_inputs import SequenceChunk, prepare_inputs
@@ -81,7 +83,9 @@ def time_decode_attention(device, dtype, batch: int, context: int, splits: int, 
     return seconds, 2 * k_cache.numel() * k_cache.element_size() + 2 * q.numel() * q.element_size()
 
 
-def random_model(shape: dict, dtype: torch.dtype, device: torch.device, backend, max_len: int) -> CausalLM:
+def random_model(
+    shape: dict, dtype: torch.dtype, device: torch.device, backend, max_len: int, linears: LinearFactory
+) -> CausalLM:
     cfg = ModelConfig(
         path="random", architecture="LlamaForCausalLM", vocab_size=128256 if shape is LLAMA3_8B else 320,
         rms_norm_eps=1e-5, rope=RopeConfig(500000.0, "llama3", 8.0, 1.0, 4.0, 8192), max_position_embeddings=max_len,
@@ -92,7 +96,9 @@ def random_model(shape: dict, dtype: torch.dtype, device: torch.device, backend,
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            return CausalLM(cfg, max_len, backend).eval()
+            model = CausalLM(cfg, max_len, backend, linears).eval()
+        process_weights(model)
+        return model
     finally:
         torch.set_default_dtype(previous)
 
@@ -100,7 +106,7 @@ def random_model(shape: dict, dtype: torch.dtype, device: torch.device, backend,
 def step_rows(shape, device, dtype, batches, context, iters, backend_name) -> None:
     max_len = context + 64
     backend = select_backend(backend_name, device, shape["num_kv_heads"])
-    model = random_model(shape, dtype, device, backend, max_len)
+    model = random_model(shape, dtype, device, backend, max_len, LinearFactory())
     cfg = model.config
     blocks_per_seq = -(-max_len // BLOCK_SIZE)
     num_blocks = max(batches) * blocks_per_seq
@@ -114,7 +120,8 @@ def step_rows(shape, device, dtype, batches, context, iters, backend_name) -> No
     )
     for weights in (str(dtype).removeprefix("torch."), "fp8"):
         if weights == "fp8":
-            quantize_fp8(model)
+            model = None  # the unquantized weights go before the quantized model is made
+            model = random_model(shape, dtype, device, backend, max_len, LinearFactory(quantization="fp8"))
             fp8_error = fp8_product_error(model.layers[0].mlp.gate_up_proj, cfg.hidden_size, device, dtype)
         graphs = DecodeGraphs(model, backend, batches, blocks_per_seq, BLOCK_SIZE, max_len, device)
         graphs.capture(kv_cache, num_blocks)

@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from argosy.server.models.packed_linear import PackedLinear
+from argosy.server.models.linear import Linear
 
 
 def workload(vocab: int, count: int, max_tokens: int) -> list[tuple[list[int], int]]:
@@ -97,7 +97,7 @@ def decode_step_seconds(llm, batch: int, context: int, steps: int = 8) -> float:
 def matmul_seconds(model: torch.nn.Module, rows: int, repeats: int = 8) -> float:
     """The decode step's matrix products alone: every linear layer (and the LM head) on `rows`,
     run as the engine runs them (oneDNN-packed on CPU)."""
-    products = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, PackedLinear))]
+    products = [m for m in model.modules() if isinstance(m, Linear)]
     if model.lm_head is None:  # tied to the embeddings
         embed = model.embed_tokens.weight
         products.append(lambda x: torch.nn.functional.linear(x, embed))

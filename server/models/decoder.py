@@ -1,7 +1,8 @@
 """One decoder-only transformer for Llama, Mistral, Qwen2 and Qwen3. The architectures
 differ only in the flags of ModelConfig: q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3).
 Attention, the KV-cache writes, the norms, rotary and the activation come from its attention
-backend (the residual add is fused into the next norm); the linear layers are torch's, or FP8."""
+backend (the residual add is fused into the next norm); the linear layers come from a
+LinearFactory, in the weight format it picks."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from torch import nn
 
 from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
+from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, linears: LinearFactory):
         super().__init__()
         self.backend = backend
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.scale = cfg.head_dim**-0.5
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = linears("qkv_proj", cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
+        self.o_proj = linears("o_proj", self.q_size, cfg.hidden_size)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, backend.kernels) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, backend.kernels) if cfg.qk_norm else None
 
@@ -42,12 +44,12 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, linears: LinearFactory):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
-        self.self_attn = Attention(cfg, backend)
+        self.self_attn = Attention(cfg, backend, linears)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, backend.kernels)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, backend.kernels, linears)
 
     def forward(
         self,
@@ -68,13 +70,13 @@ class DecoderLayer(nn.Module):
 class CausalLM(nn.Module):
     """Token ids of a flattened batch in, final hidden states out; logits on request."""
 
-    def __init__(self, cfg: ModelConfig, max_position: int, backend: AttentionBackend):
+    def __init__(self, cfg: ModelConfig, max_position: int, backend: AttentionBackend, linears: LinearFactory = PLAIN):
         super().__init__()
         self.config = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, backend) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = None if cfg.tie_word_embeddings else linears("lm_head", cfg.hidden_size, cfg.vocab_size)
         self.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels)
 
     def forward(

@@ -1,7 +1,7 @@
 """Online FP8 weight quantization, as vLLM's `quantization="fp8"` does it.
 
-At load, every linear layer of the decoder layers is replaced by an `Fp8Linear`: its weight in
-float8 e4m3 with one float32 scale per output channel. That halves the bytes of the weights
+The decoder layers' linear layers are `Fp8Linear`s (the LinearFactory's choice): once loaded,
+each weight is quantized to float8 e4m3 with one float32 scale per output channel. That halves the bytes of the weights
 that dominate the model, so the KV cache gets them. The embedding and the LM head stay in the
 model dtype, as in vLLM: they are lookups or run once per sampled token, and the logits are
 where rounding would show most.
@@ -15,11 +15,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from argosy.server.models.linear import Linear
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = torch.finfo(FP8).max  # 448
 # vLLM's floor for dynamic activation scales: an all-zero token row must not divide by zero.
 MIN_SCALE = 1.0 / (FP8_MAX * 512.0)
-_QUANTIZED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,19 +42,18 @@ def fp8_gemm_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 9)
 
 
-class Fp8Linear(nn.Module):
-    """nn.Linear with an e4m3 weight [out, in], a float32 scale per output channel and the
-    bias in the model dtype."""
+class Fp8Linear(Linear):
+    """A Linear whose loaded weight becomes e4m3 [out, in] with a float32 scale per output
+    channel; the bias stays in the model dtype."""
 
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        q, scale = quantize_weight(linear.weight.detach())
+    use_fp8_gemm = False  # decided per layer once its weight is quantized
+
+    def process_weights(self) -> None:
+        dtype = self.weight.dtype
+        q, scale = quantize_weight(self.weight.detach())
+        # The loaded weight goes as its quantized copy comes, so the peak stays one layer above.
         self.weight = nn.Parameter(q, requires_grad=False)
         self.weight_scale = nn.Parameter(scale, requires_grad=False)
-        bias = linear.bias
-        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
-        dtype = linear.weight.dtype
         # Decided once, per layer: _scaled_mm wants both weight dims divisible by 16, and older
         # torch releases give rowwise scaling bf16 output only, so fp16/fp32 models dequantize.
         self.use_fp8_gemm = (
@@ -66,7 +66,7 @@ class Fp8Linear(nn.Module):
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         return self.weight.to(dtype) * self.weight_scale[:, None].to(dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def product(self, x: torch.Tensor) -> torch.Tensor:
         if not self.use_fp8_gemm:
             return nn.functional.linear(x, self.dequantized_weight(x.dtype), self.bias)
         x2 = x.reshape(-1, self.in_features)
@@ -80,37 +80,23 @@ class Fp8Linear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, fp8_gemm={self.use_fp8_gemm}"
+        return f"{super().extra_repr()}, fp8_gemm={self.use_fp8_gemm}"
 
 
-def _decoder_linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
-    found = []
-    for layer in model.layers:
-        for path in _QUANTIZED:
-            owner_name, attr = path.split(".")
-            owner = getattr(layer, owner_name)
-            found.append((owner, attr, getattr(owner, attr)))
-    return found
-
-
-@torch.no_grad()
-def quantize_fp8(model: nn.Module) -> None:
-    """Replaces, in place, the linear layers of the decoder layers by Fp8Linear."""
-    for owner, attr, linear in _decoder_linears(model):
-        if isinstance(linear, nn.Linear):
-            # One layer at a time, and the bf16 weight dropped at once, so the peak stays
-            # one layer above the quantized model.
-            setattr(owner, attr, Fp8Linear(linear))
-            linear.weight = None
-    if any(p.is_cuda for p in model.parameters()):
-        torch.cuda.empty_cache()  # hand the freed bf16 weights back before the KV cache is sized
+def decoder_linears(model: nn.Module) -> list[Linear]:
+    """The linear layers of the decoder layers: what FP8 quantizes."""
+    return [
+        m
+        for layer in model.layers
+        for m in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
+    ]
 
 
 def linear_weight_bytes(model: nn.Module) -> int:
     """Bytes of the decoder layers' linear weights, with their scales when quantized; biases
     (model dtype either way) are not counted."""
     total = 0
-    for _, _, linear in _decoder_linears(model):
+    for linear in decoder_linears(model):
         tensors = [linear.weight] + ([linear.weight_scale] if isinstance(linear, Fp8Linear) else [])
         total += sum(t.numel() * t.element_size() for t in tensors)
     return total

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from argosy.kernels.elementwise import TORCH_KERNELS, LayerKernels
+from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import RopeConfig
 
 
@@ -30,10 +31,12 @@ class RMSNorm(nn.Module):
 class GatedMLP(nn.Module):
     """down(silu(gate(x)) * up(x)), with gate and up fused into one matmul."""
 
-    def __init__(self, hidden: int, intermediate: int, kernels: LayerKernels = TORCH_KERNELS):
+    def __init__(
+        self, hidden: int, intermediate: int, kernels: LayerKernels = TORCH_KERNELS, linears: LinearFactory = PLAIN
+    ):
         super().__init__()
-        self.gate_up_proj = nn.Linear(hidden, 2 * intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_proj = linears("gate_up_proj", hidden, 2 * intermediate)
+        self.down_proj = linears("down_proj", intermediate, hidden)
         self.kernels = kernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,8 @@ from argosy.server.exceptions import CheckpointError
 from argosy.server.models.checkpoint import iter_tensors
 from argosy.server.models.decoder import CausalLM
 from argosy.server.models.layers import RotaryEmbedding
+from argosy.server.models.linear import process_weights
+from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
 
 _FUSED = {
@@ -28,10 +30,17 @@ _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 
 
 def load_model(
-    cfg: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int, backend: AttentionBackend
+    cfg: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    max_position: int,
+    backend: AttentionBackend,
+    linears: LinearFactory = PLAIN,
 ) -> CausalLM:
+    """The model with its linear layers in the formats `linears` picks, filled from the
+    checkpoint (each weight loaded as stored, then processed into its format)."""
     with torch.device("meta"), _default_dtype(dtype):
-        model = CausalLM(cfg, max_position, backend)
+        model = CausalLM(cfg, max_position, backend, linears)
     model.to_empty(device=device)
     # Buffers do not survive to_empty; the rotary tables are recomputed on the device.
     model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels).to(device)
@@ -58,6 +67,11 @@ def load_model(
             f"missing tensors for: {', '.join(missing[:5])}"
             + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
         )
+    process_weights(model)
+    if model.lm_head is None:
+        model.lm_head = linears.tied_head(model.embed_tokens.weight)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # what the loaded layouts held goes back before the KV cache is sized
     return model.eval()
 
 

@@ -12,10 +12,9 @@ import torch
 from argosy.kernels.attention_backend import select_backend
 from argosy.server.engine.scheduler import SchedulerOutput
 from argosy.server.engine_config import EngineConfig
-from argosy.server.models.fp8 import quantize_fp8
+from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.models.packed_linear import pack_linears, packing_supported
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from argosy.server.worker.model_inputs import ModelInputs, SequenceChunk, chunks_of, prepare_inputs
 
@@ -32,11 +31,8 @@ class ModelRunner:
         self.cfg, self.dtype, self.device = model_config, dtype, device
         self.block_size = engine_config.block_size
         self.backend = select_backend(engine_config.attention_backend, device, model_config.num_kv_heads)
-        self.model = load_model(model_config, dtype, device, max_model_len, self.backend)
-        if engine_config.quantization == "fp8":
-            quantize_fp8(self.model)
-        elif packing_supported(device, dtype):
-            pack_linears(self.model)
+        linears = LinearFactory.for_device(engine_config.quantization, device, dtype)
+        self.model = load_model(model_config, dtype, device, max_model_len, self.backend, linears)
         self.kv_cache = self._empty_cache(0)
         self.graphs = (
             DecodeGraphs(

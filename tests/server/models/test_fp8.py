@@ -11,7 +11,8 @@ from torch import nn
 
 from argosy.kernels.attention_backend import TorchAttention
 from argosy.server.models import fp8
-from argosy.server.models.fp8 import FP8_MAX, Fp8Linear, linear_weight_bytes, quantize_fp8, quantize_weight
+from argosy.server.models.fp8 import FP8_MAX, Fp8Linear, linear_weight_bytes, quantize_weight
+from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.worker.model_inputs import SequenceChunk, prepare_inputs
@@ -29,6 +30,16 @@ E4M3_SUBNORMAL_ABS = 2.0**-10
 def bf16_model(path):
     cfg = ModelConfig.from_folder(path)
     return load_model(cfg, torch.bfloat16, CPU, 512, TorchAttention())
+
+
+def fp8_model(path):
+    """The bf16 model, its decoder linear layers quantized as they load."""
+    cfg = ModelConfig.from_folder(path)
+    return load_model(cfg, torch.bfloat16, CPU, 512, TorchAttention(), LinearFactory(quantization="fp8"))
+
+
+def fp8_linear(linear: nn.Linear) -> Fp8Linear:
+    return Fp8Linear.from_weight(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
 
 
 def decoder_linears(model) -> list[nn.Module]:
@@ -88,7 +99,7 @@ def test_round_trip_has_per_channel_scales_within_e4m3_precision():
 def test_fp8_linear_is_the_dequantized_linear_and_keeps_leading_dims():
     torch.manual_seed(1)
     linear = nn.Linear(48, 32, bias=True).to(torch.bfloat16)
-    layer = Fp8Linear(linear)
+    layer = fp8_linear(linear)
     assert layer.weight.dtype == torch.float8_e4m3fn and layer.bias.dtype == torch.bfloat16
     assert not layer.use_fp8_gemm  # CPU: the dequantized twin
     x = torch.randn(2, 5, 48, dtype=torch.bfloat16)
@@ -123,7 +134,7 @@ def test_fp8_gemm_path_computes_the_per_token_quantized_product():
     """The GPU path's arithmetic, run through torch's CPU _scaled_mm (same operands, same
     rowwise scales): x quantized per token, times the dequantized weight, plus the bias."""
     torch.manual_seed(2)
-    layer = Fp8Linear(nn.Linear(64, 48, bias=True).to(torch.bfloat16))
+    layer = fp8_linear(nn.Linear(64, 48, bias=True).to(torch.bfloat16))
     x = (torch.randn(3, 7, 64) * torch.logspace(-2, 2, 7)[:, None]).to(torch.bfloat16)
     x[0, 0] = 0  # an all-zero token: the scale floor keeps it finite
     layer.use_fp8_gemm = True
@@ -146,7 +157,7 @@ def test_decoder_linear_weights_take_half_the_bytes(checkpoints):
     untouched = {n: p for n, p in model.named_parameters() if n.startswith(("embed_tokens", "lm_head", "norm"))}
     before = linear_weight_bytes(model)
     assert before == sum(2 * o * i for o, i in shapes)
-    quantize_fp8(model)
+    model = fp8_model(checkpoints["qwen2"])
     after = linear_weight_bytes(model)
     assert all(isinstance(m, Fp8Linear) for m in decoder_linears(model))
     assert after == sum(o * i + 4 * o for o, i in shapes)  # one byte a weight, four a channel scale
@@ -154,7 +165,8 @@ def test_decoder_linear_weights_take_half_the_bytes(checkpoints):
     assert after / before <= 0.5 + scales_share
     assert dict(model.named_parameters())["layers.0.self_attn.qkv_proj.bias"].dtype == torch.bfloat16
     for name, p in untouched.items():  # embedding, lm_head and norms stay as they were
-        assert dict(model.named_parameters())[name] is p and p.dtype == torch.bfloat16
+        kept = dict(model.named_parameters())[name]
+        assert torch.equal(kept, p) and kept.dtype == torch.bfloat16
 
 
 def perturbed_model(path, seed: int):
@@ -184,8 +196,7 @@ def test_quantized_logits_stay_within_e4m3_rounding_of_the_bf16_model(checkpoint
     reference = bf16_model(path)
     expected = all_logits(reference)
 
-    quantized = bf16_model(path)
-    quantize_fp8(quantized)
+    quantized = fp8_model(path)
     fp8_error = rel_rms(all_logits(quantized), expected)
 
     bound = sum(rel_rms(all_logits(perturbed_model(path, seed)), expected) for seed in range(3)) / 3

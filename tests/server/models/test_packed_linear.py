@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from argosy import SamplingParams
+from argosy.server.models import linear_factory
 from argosy.server.models.packed_linear import PackedLinear, packing_supported
-from argosy.server.worker import model_runner
 from tests.checkpoints import tiny_llm
 
 pytestmark = pytest.mark.skipif(
@@ -23,7 +23,7 @@ def test_packed_products_equal_linear_exactly(shape, bias):
     weight = torch.randn(96, 64).bfloat16()
     b = torch.randn(96).bfloat16() if bias else None
     x = torch.randn(*shape).bfloat16()
-    assert torch.equal(PackedLinear(weight, b)(x), torch.nn.functional.linear(x, weight, b))
+    assert torch.equal(PackedLinear.from_weight(weight, b)(x), torch.nn.functional.linear(x, weight, b))
 
 
 def test_a_packed_engine_gives_the_unpacked_greedy_tokens(llama_checkpoint, monkeypatch):
@@ -32,7 +32,7 @@ def test_a_packed_engine_gives_the_unpacked_greedy_tokens(llama_checkpoint, monk
     packed = tiny_llm(llama_checkpoint, dtype="bfloat16")
     model = packed.engine.core.runner.model
     assert isinstance(model.lm_head, PackedLinear) and isinstance(model.layers[0].mlp.down_proj, PackedLinear)
-    monkeypatch.setattr(model_runner, "packing_supported", lambda device, dtype: False)
+    monkeypatch.setattr(linear_factory, "packing_supported", lambda device, dtype: False)
     plain = tiny_llm(llama_checkpoint, dtype="bfloat16")
     assert not any(isinstance(m, PackedLinear) for m in plain.engine.core.runner.model.modules())
     tokens = [

@@ -1,0 +1,79 @@
+"""Linear: the model's linear layers, in a weight format each: plain (as loaded, this class),
+FP8 (fp8.py) or oneDNN-packed (packed_linear.py), as the LinearFactory picks. A layer's weight
+is loaded as the checkpoint has it, then `process_weights` turns it into its format; `forward`
+is the product in that format plus each addition attached with `add` (LoRA adapters: any
+layer, any format)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import nn
+
+Role = Literal["qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"]
+
+
+class Linear(nn.Module):
+    """x W^T + b with the weight [out, in] as loaded; subclasses keep it in another format."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
+        self.additions = nn.ModuleList()
+        self.has_additions = False  # a plain flag: the hot path skips the module list's lookup
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialisation (nothing to do on the meta device, where models are built
+        before their checkpoint fills them): a layer made on its own is usable."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        """A layer of this format holding `weight` [out, in] (and `bias`), processed."""
+        with torch.device("meta"):  # no initialisation of what the copy overwrites
+            layer = cls(weight.shape[1], weight.shape[0], bias is not None)
+        layer = layer.to(dtype=weight.dtype).to_empty(device=weight.device)
+        with torch.no_grad():
+            layer.weight.copy_(weight)
+            if bias is not None:
+                layer.bias.copy_(bias)
+        layer.process_weights()
+        return layer
+
+    def process_weights(self) -> None:
+        """Once the checkpoint is loaded: the weight into this layer's format."""
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight, self.bias)
+
+    def add(self, addition: nn.Module) -> None:
+        """Adds `addition(x)` to every output from now on."""
+        self.additions.append(addition)
+        self.has_additions = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.product(x)
+        if self.has_additions:
+            for addition in self.additions:
+                out = out + addition(x)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+@torch.no_grad()
+def process_weights(model: nn.Module) -> None:
+    """After loading: every Linear of the model into its format, one at a time (each layer's
+    loaded weight goes as its successor is made, so the peak stays one layer above the model)."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.process_weights()
