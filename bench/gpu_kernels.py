@@ -25,7 +25,7 @@ from argosy.server.models.linear import process_weights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.model_config import ModelConfig, RopeConfig
 from argosy.server.worker.cuda_graphs import DecodeGraphs
-from argosy.server.worker.model_inputs import SequenceChunk, prepare_inputs
+from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
 
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128)
 TOY = dict(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16)

@@ -82,7 +82,7 @@ def decode_step_seconds(llm, batch: int, context: int, steps: int = 8) -> float:
     scheduler = engine.core.scheduler
     while scheduler.waiting or any(s.num_output_tokens == 0 for s in scheduler.running):
         engine.step()
-    device = engine.core.runner.device
+    device = engine.core.executor.runner.device
     sync(device)
     start = time.perf_counter()
     for _ in range(steps):
@@ -135,7 +135,11 @@ def main() -> None:
     llm = LLM(args.model, max_num_seqs=max(args.num_requests, args.decode_batch))
     core = llm.engine.core
     path = str(resolve_model_path(args.model))
-    hf = AutoModelForCausalLM.from_pretrained(path, dtype=core.dtype).to(core.runner.device).eval()
+    hf = (
+        AutoModelForCausalLM.from_pretrained(path, dtype=core.executor.runner.dtype)
+        .to(core.executor.runner.device)
+        .eval()
+    )
     requests = workload(core.model_config.vocab_size, args.num_requests, args.max_tokens)
     tokens = sum(n for _, n in requests)
     run_argosy(llm, requests[:2])  # warm-up
@@ -150,7 +154,7 @@ def main() -> None:
     print(
         f"\n{args.num_requests} requests, prompts {min(len(p) for p, _ in requests)}-"
         f"{max(len(p) for p, _ in requests)} tokens, outputs {min(n for _, n in requests)}-"
-        f"{max(n for _, n in requests)} ({tokens} in all), greedy; {core.startup.line()}, "
+        f"{max(n for _, n in requests)} ({tokens} in all), greedy; {core.device.startup}, "
         f"{torch.get_num_threads()} threads"
     )
     print("| system | seconds | output tokens/s | vs HF |\n|---|--:|--:|--:|")
@@ -160,7 +164,7 @@ def main() -> None:
     steps, products = [], []
     for _ in range(args.repeats + 1):
         steps.append(decode_step_seconds(llm, args.decode_batch, args.context))
-        products.append(matmul_seconds(core.runner.model, args.decode_batch))
+        products.append(matmul_seconds(core.executor.runner.model, args.decode_batch))
     step, products = min(steps), min(products)
     print(f"\n| decode step, batch {args.decode_batch}, context ~{args.context} | ms |\n|---|--:|")
     print(f"| engine step | {step * 1e3:.1f} |\n| its matrix products alone | {products * 1e3:.1f} |")

@@ -55,6 +55,17 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < GREEDY_EPSILON
 
+    def seed_of(self, index: int) -> int | None:
+        """The seed of the generator of the request's output `index`: each of the n outputs
+        draws from its own stream, as in vLLM, seeded with seed + index."""
+        return None if self.seed is None else self.seed + index
+
+    def may_stop(self, num_output_tokens: int) -> bool:
+        """Whether a stop (eos, a stop token, a stop string) may end a sequence that has this
+        many output tokens: the one rule of min_tokens, for the sampler, the core's stop checks
+        and the API's stop strings alike."""
+        return num_output_tokens >= self.min_tokens
+
     @property
     def has_penalties(self) -> bool:
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0

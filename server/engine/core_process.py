@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         outputs.send(protocol.encode(protocol.CoreFailed(str(exc), code)))
         outputs.close()
         return code
-    outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.startup.line())))
+    outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.device.startup)))
     code = EngineCoreProc(core, commands, outputs).run()
     outputs.close()
     commands.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from argosy.server.executor.plan import TokenLogprobs
 from argosy.server.outputs import EngineStats
 from argosy.server.sampling_params import SamplingParams
 
@@ -42,23 +43,14 @@ class Ping(msgspec.Struct, array_like=True, tag=True):
 CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | Shutdown | Ping
 
 
-class TokenLogprobs(msgspec.Struct, array_like=True):
-    """Log-probabilities around one sampled token, from the raw model distribution."""
-
-    token_id: int
-    logprob: float
-    rank: int
-    top: list[tuple[int, float]]  # the most likely alternatives, best first
-
-
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
-    """One new token of one sequence. The fields after `stop_reason` are sent with a
-    request's first token only."""
+    """A step's new tokens of one sequence (one, or several when a step keeps more). The
+    fields after `stop_reason` are sent with a request's first tokens only."""
 
     request_id: str
     index: int  # which of the request's n outputs
-    token_id: int
-    logprobs: TokenLogprobs | None = None
+    new_token_ids: list[int]
+    logprobs: list[TokenLogprobs] | None = None  # one per new token
     finish_reason: str | None = None  # "stop" or "length": the core's own reasons
     stop_reason: int | None = None  # the stop token id that ended it
     num_cached_tokens: int = 0

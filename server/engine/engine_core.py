@@ -1,7 +1,7 @@
-"""EngineCore: the scheduler, the KV-cache manager, the model runner and the sampler, in
-tokens only. `step` runs one iteration (schedule, execute, sample) and returns each new token.
-The offline engine calls it in-process; `argosy serve` runs it in a child process
-(core_process.py).
+"""EngineCore: the scheduler and the KV-cache manager, in tokens only, before an Executor (the
+device side). `step` runs one iteration: schedule, plan (StepPlanner), execute and sample on the
+device, then record what was kept and check each sequence's stops. The offline engine calls it
+in-process; `argosy serve` runs it in a child process (core_process.py).
 
 What fails in a step belongs to one request or to all. Sampling a sequence (its parameters,
 its logits, its seeded generator) and checking its stop conditions are the request's: a failure
@@ -14,70 +14,39 @@ import itertools
 import logging
 import time
 
-import torch
-
-from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed, TokenLogprobs
+from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.parallel_sampling import ParallelSampling
 from argosy.server.engine.scheduler import Scheduler
 from argosy.server.engine.sequence import Request, Sequence
-from argosy.server.engine.startup_report import PhaseClock, StartupReport, tensor_bytes
+from argosy.server.engine.step_planner import StepPlanner
 from argosy.server.engine.stop_conditions import finish_reason
 from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.executor.executor import Executor, make_executor
+from argosy.server.executor.plan import StepResult, TokenLogprobs
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.outputs import EngineStats
 from argosy.server.text.tokenizer import Tokenizer
-from argosy.server.worker.device import resolve_device, resolve_dtype
-from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
-from argosy.server.worker.model_runner import ModelRunner
-from argosy.server.worker.sampler import Sampler, SamplerOutput
 
 log = logging.getLogger("argosy.engine")
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, executor: Executor | None = None):
         path = resolve_model_path(config.model)
         self.model_config = ModelConfig.from_folder(path)
         self.limits = resolve_limits(config, self.model_config)
-        device = resolve_device(config)
-        self.dtype = resolve_dtype(config, self.model_config, device)
-        torch.manual_seed(config.seed)
-        clock = PhaseClock()
-        self.runner = ModelRunner(self.model_config, config, self.dtype, device, self.limits.max_model_len)
-        clock.lap("load")
-        largest_step = min(self.limits.max_num_batched_tokens, self.limits.max_model_len)
-        budget = kv_cache_budget(
-            config, device, lambda: self.runner.profile_peak_bytes(largest_step, config.max_num_seqs)
-        )
-        clock.lap("profile")
-        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, self.dtype)
-        reserved = self.runner.reserved_blocks
-        num_blocks = num_kv_blocks(budget, block_bytes, self.limits.max_model_len, config.block_size, reserved)
-        self.runner.allocate_kv_cache(num_blocks)
-        clock.lap("kv_cache")
-        graph_sizes = self.runner.capture_graphs()
-        clock.lap("graphs")
-        self.startup = StartupReport(
-            str(device),
-            self.runner.backend.name,
-            config.quantization,
-            graph_sizes,
-            num_blocks,
-            tensor_bytes(self.runner.model),
-            (num_blocks + reserved) * block_bytes,
-            clock.seconds,
-        )
-        log.info(self.startup.line())
-        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(path))
+        self.eos_token_ids = frozenset(eos)
+        self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
+        self.device = self.executor.start()
+        self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(
             self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill
         )
-        eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(path))
-        self.eos_token_ids = frozenset(eos)
-        self.sampler = Sampler(eos)
+        self.planner = StepPlanner(self.scheduler)
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
@@ -139,25 +108,28 @@ class EngineCore:
         now = time.monotonic()
         for item in scheduled.scheduled:
             item.seq.request.first_scheduled_time = item.seq.request.first_scheduled_time or now
-        logits = self.runner.execute(scheduled)
         completing = [item.seq for item in scheduled.scheduled if item.completes]
+        forks = self.parallel_sampling.forks(completing)
+        result = self.executor.execute(self.planner.plan(scheduled, completing, forks))
         self.scheduler.advance(scheduled)
-        targets, rows = self.parallel_sampling.expand(completing)
-        if not targets:  # only partial prefill chunks ran
-            return []
-        return self._append_sampled(targets, self.sampler(logits if rows is None else logits[rows], targets))
+        targets: list[Sequence] = []
+        for seq, fork in zip(completing, forks):
+            targets.append(seq)
+            if fork is not None:
+                targets += self.parallel_sampling.fork(fork)
+        return self._append_sampled(targets, result)
 
-    def _append_sampled(self, targets: list[Sequence], sampled: SamplerOutput) -> list[EngineCoreOutput]:
-        """Each target's new token; a target that could not be sampled, or whose stop check
+    def _append_sampled(self, targets: list[Sequence], result: StepResult) -> list[EngineCoreOutput]:
+        """Each target's new tokens; a target that could not be sampled, or whose stop check
         failed, fails its request alone (`take_failed`), and the request's other outputs go."""
         outputs, failed = [], {}
-        for seq, token_id, logprobs, error in zip(targets, sampled.token_ids, sampled.logprobs, sampled.errors):
+        for seq, token_ids, logprobs, error in zip(targets, result.token_ids, result.logprobs, result.errors):
             request_id = seq.request.request_id
             if request_id in failed:
                 continue
             if error is None:
                 try:
-                    outputs.append(self._append(seq, token_id, logprobs))
+                    outputs.append(self._append(seq, token_ids, logprobs))
                     continue
                 except Exception as exc:
                     log.exception("checking the new token of request %s failed", request_id)
@@ -177,19 +149,24 @@ class EngineCore:
     def check_device(self) -> None:
         """Raises if the device can no longer run a step (after a step failed: a broken device,
         not a broken batch)."""
-        self.runner.check_device()
+        self.executor.check_device()
 
-    def _append(self, seq: Sequence, token_id: int, logprobs: TokenLogprobs | None) -> EngineCoreOutput:
-        seq.token_ids.append(token_id)
+    def _append(self, seq: Sequence, token_ids: list[int], logprobs: list[TokenLogprobs] | None) -> EngineCoreOutput:
+        """Appends the new tokens up to the first that ends the sequence; the rest are dropped."""
         request = seq.request
-        reason, stop_token = finish_reason(seq, token_id, self.eos_token_ids, self.limits.max_model_len)
-        if reason is not None:
-            seq.finish_reason, seq.stop_reason = reason, stop_token
-            self.scheduler.finish(seq)
-            if request.is_finished:
-                del self.requests[request.request_id]
-        out = EngineCoreOutput(request.request_id, seq.index, token_id, logprobs, reason, stop_token)
-        if seq.num_output_tokens == 1:
+        reason = stop_token = None
+        for kept, token_id in enumerate(token_ids, start=1):
+            seq.token_ids.append(token_id)
+            reason, stop_token = finish_reason(seq, token_id, self.eos_token_ids, self.limits.max_model_len)
+            if reason is not None:
+                token_ids, logprobs = token_ids[:kept], logprobs and logprobs[:kept]
+                seq.finish_reason, seq.stop_reason = reason, stop_token
+                self.scheduler.finish(seq)
+                if request.is_finished:
+                    del self.requests[request.request_id]
+                break
+        out = EngineCoreOutput(request.request_id, seq.index, token_ids, logprobs, reason, stop_token)
+        if seq.num_output_tokens == len(token_ids):  # its first tokens
             out.num_cached_tokens, out.first_scheduled_time = request.num_cached_tokens, request.first_scheduled_time
         return out
 

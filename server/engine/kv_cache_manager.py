@@ -2,7 +2,9 @@
 
 It finds a new sequence's longest cached prefix, takes blocks on demand as tokens arrive,
 copies a shared block before a sequence writes into it (copy-on-write), registers blocks
-in the prefix cache as they fill, and returns every block when a sequence leaves."""
+in the prefix cache as they fill (only with tokens kept: never one a step computed and then
+dropped), gives back the blocks past a length, and returns every block when a sequence leaves.
+Every change to a block table is marked on the sequence, for the next step plan."""
 
 from __future__ import annotations
 
@@ -79,15 +81,18 @@ class KVCacheManager:
             self.pool.share(cached_blocks)
             seq.block_table = list(cached_blocks)
             seq.num_computed_tokens = len(cached_blocks) * self.block_size
+            _changed(seq, 0)
         if self._must_copy_last_block(seq):
             src = seq.block_table[-1]
             (dst,) = self.pool.allocate(1)
             self.pool.release([src])
             seq.block_table[-1] = dst
             self._pending_copies.append((src, dst))
+            _changed(seq, len(seq.block_table) - 1)
         total = seq.num_computed_tokens + num_new_tokens
         missing = -(-total // self.block_size) - len(seq.block_table)
         if missing > 0:
+            _changed(seq, len(seq.block_table))
             seq.block_table.extend(self.pool.allocate(missing))
         return True
 
@@ -96,23 +101,35 @@ class KVCacheManager:
         self.prefix_cache_hits += num_hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
-        """Registers every block whose tokens have all been computed."""
+        """Registers every block whose tokens have all been computed and kept (are the
+        sequence's tokens)."""
         if not self.enable_prefix_caching:
             return
-        num_full = seq.num_computed_tokens // self.block_size
+        num_full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
         self._extend_hashes(seq, num_full * self.block_size)
         for i in range(num_full):
             block = self.pool.blocks[seq.block_table[i]]
             if block.block_hash is None:
                 self.pool.register(block.block_id, seq.block_hashes[i])
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Gives back the blocks past the first `num_tokens` tokens (slots of tokens a step
+        computed and did not keep)."""
+        keep = -(-num_tokens // self.block_size)
+        if keep < len(seq.block_table):
+            self.pool.release(list(reversed(seq.block_table[keep:])))
+            del seq.block_table[keep:]
+            _changed(seq, keep)
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
         child.block_table = list(parent.block_table)
         self.pool.share(child.block_table)
+        _changed(child, 0)
 
     def free(self, seq: Sequence) -> None:
         self.pool.release(list(reversed(seq.block_table)))
         seq.block_table = []
+        _changed(seq, 0)
 
     def _available(self, cached_blocks: list[int]) -> int:
         # Cached blocks sitting in the free list are about to be taken by this sequence.
@@ -132,3 +149,9 @@ class KVCacheManager:
         for i in range(len(seq.block_hashes), num_tokens // bs):
             parent = seq.block_hashes[i - 1] if i else None
             seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs : (i + 1) * bs]))
+
+
+def _changed(seq: Sequence, index: int) -> None:
+    """Marks the sequence's block table as changed from `index` on."""
+    if seq.block_table_changed_from is None or index < seq.block_table_changed_from:
+        seq.block_table_changed_from = index

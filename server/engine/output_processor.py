@@ -123,25 +123,29 @@ class OutputProcessor:
         return seq
 
     def _append(self, state: RequestState, seq: SequenceState, out: EngineCoreOutput) -> bool:
-        """Adds the token; True if a stop string ended a sequence the core still runs."""
-        seq.token_ids.append(out.token_id)
-        seq.num_tokens += 1
-        if out.logprobs is not None:
-            seq.logprobs.append(self._logprob_entry(out.logprobs))
-            seq.cumulative_logprob += out.logprobs.logprob
-        may_stop = seq.num_tokens >= state.request.params.min_tokens
-        stop_string = seq.detokenizer.add(out.token_id, check_stop=may_stop)
-        if out.finish_reason == "stop":  # eos and stop tokens rank before stop strings
-            seq.finish_reason, seq.stop_reason = out.finish_reason, out.stop_reason
-        elif stop_string is not None:
-            seq.finish_reason, seq.stop_reason = "stop", stop_string
-        elif out.finish_reason is not None:
-            seq.finish_reason = out.finish_reason
-        if seq.finish_reason is not None:
-            state.num_finished += 1
-            if stop_string is None:
-                seq.detokenizer.flush()
-        return stop_string is not None and out.finish_reason is None
+        """Adds the new tokens up to the first that ends the sequence (the core's reason holds for
+        its last token); True if a stop string ended a sequence the core still runs."""
+        params, last = state.request.params, len(out.new_token_ids) - 1
+        for i, token_id in enumerate(out.new_token_ids):
+            seq.token_ids.append(token_id)
+            seq.num_tokens += 1
+            if out.logprobs is not None:
+                seq.logprobs.append(self._logprob_entry(out.logprobs[i]))
+                seq.cumulative_logprob += out.logprobs[i].logprob
+            stop_string = seq.detokenizer.add(token_id, check_stop=params.may_stop(seq.num_tokens))
+            reason = out.finish_reason if i == last else None
+            if reason == "stop":  # eos and stop tokens rank before stop strings
+                seq.finish_reason, seq.stop_reason = reason, out.stop_reason
+            elif stop_string is not None:
+                seq.finish_reason, seq.stop_reason = "stop", stop_string
+            elif reason is not None:
+                seq.finish_reason = reason
+            if seq.finish_reason is not None:
+                state.num_finished += 1
+                if stop_string is None:
+                    seq.detokenizer.flush()
+                return stop_string is not None and out.finish_reason is None
+        return False
 
     def _request_output(self, state: RequestState, finished: bool, kind: RequestOutputKind) -> RequestOutput:
         wanted = state.request.params.logprobs is not None

@@ -43,6 +43,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self._finished: list[int] = []  # ids of the sequences finished since the last take
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -107,11 +108,16 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self.num_preemptions += 1
 
-    def advance(self, out: SchedulerOutput) -> None:
-        """Records that the step's tokens are now in the cache."""
-        for item in out.scheduled:
-            item.seq.num_computed_tokens += item.num_new_tokens
-            self.kv.cache_full_blocks(item.seq)
+    def advance(self, out: SchedulerOutput, kept: list[int] | None = None) -> None:
+        """Records that the step's tokens are now in the cache: `kept[i]` of the i-th scheduled
+        sequence's (all of them without `kept`); the slots of the others go back."""
+        for i, item in enumerate(out.scheduled):
+            seq = item.seq
+            num_kept = item.num_new_tokens if kept is None else kept[i]
+            seq.num_computed_tokens += num_kept
+            if num_kept < item.num_new_tokens:
+                self.kv.trim(seq, seq.num_computed_tokens)
+            self.kv.cache_full_blocks(seq)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         self.kv.fork(parent, child)
@@ -125,3 +131,9 @@ class Scheduler:
             self.waiting.remove(seq)
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
+        self._finished.append(seq.seq_id)
+
+    def take_finished(self) -> list[int]:
+        """The ids of the sequences finished (or aborted) since the last call."""
+        finished, self._finished = self._finished, []
+        return finished

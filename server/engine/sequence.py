@@ -7,8 +7,6 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from argosy.server.sampling_params import SamplingParams
 
 
@@ -27,16 +25,14 @@ class Sequence:
         self.num_prompt_tokens = len(request.prompt_token_ids)
         self.num_computed_tokens = 0
         self.block_table: list[int] = []
+        # The first entry of block_table that changed since the last step plan took it (None:
+        # none did); the device side holds a copy, which a plan brings up to date.
+        self.block_table_changed_from: int | None = 0
         self.block_hashes: list[bytes] = []  # content hashes of the leading full blocks
         self.status = SequenceStatus.WAITING
         self.preempted = False  # recomputed after losing its blocks at least once
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None  # the stop token id that ended it
-        params = request.params
-        self.generator: torch.Generator | None = None
-        if params.seed is not None:
-            # Each of the n outputs draws from its own stream, as in vLLM: seed + index.
-            self.generator = torch.Generator().manual_seed(params.seed + index)
 
     @property
     def params(self) -> SamplingParams:

@@ -13,7 +13,7 @@ def finish_reason(
     it goes on. eos and stop tokens count only once min_tokens are out."""
     p = seq.params
     num_tokens, num_output = seq.num_tokens, seq.num_output_tokens
-    may_stop = num_output >= p.min_tokens
+    may_stop = p.may_stop(num_output)
     if may_stop and not p.ignore_eos and token_id in eos_token_ids:
         return "stop", None
     if may_stop and token_id in p.stop_token_ids:

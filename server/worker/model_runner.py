@@ -1,5 +1,5 @@
 """ModelRunner: owns the model and the KV cache on the device. A step is two parts: its inputs
-are prepared (model_inputs.py), then one forward pass returns the logits of the sequences to
+are prepared (step_inputs.py), then one forward pass returns the logits of the sequences to
 sample; decode steps go through CUDA graphs (cuda_graphs.py) when they are on. The
 memory-profiling pass goes through the same parts."""
 
@@ -10,13 +10,12 @@ import dataclasses
 import torch
 
 from argosy.kernels.attention_backend import select_backend
-from argosy.server.engine.scheduler import SchedulerOutput
 from argosy.server.engine_config import EngineConfig
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
-from argosy.server.worker.model_inputs import ModelInputs, SequenceChunk, chunks_of, prepare_inputs
+from argosy.server.worker.step_inputs import ModelInputs, SequenceChunk, prepare_inputs
 
 
 class ModelRunner:
@@ -78,15 +77,14 @@ class ModelRunner:
         return self.graphs.sizes
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput) -> torch.Tensor:
-        """Runs the step; returns logits in the model's dtype (the sampler widens only the rows
-        it must), one row per scheduled sequence that `completes`, in schedule order."""
-        if out.blocks_to_copy:
-            src, dst = zip(*out.blocks_to_copy)
+    def execute(self, chunks: list[SequenceChunk], block_copies: list[tuple[int, int]]) -> torch.Tensor:
+        """Makes the block copies, then runs the step; returns logits in the model's dtype (the
+        sampler widens only the rows it must), one row per chunk with `sample`, in order."""
+        if block_copies:
+            src, dst = zip(*block_copies)
             self.backend.copy_blocks(
                 self.kv_cache, torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
             )
-        chunks = chunks_of(out)
         if self.graphs is not None and self.graphs.fits(chunks):
             hidden = self.graphs.run(chunks)
             rows = torch.tensor([i for i, c in enumerate(chunks) if c.sample], dtype=torch.long, device=self.device)

@@ -88,7 +88,7 @@ async def test_a_request_the_core_failed_ends_with_a_500(client):
 async def test_a_stop_string_found_here_ends_the_sequence_in_the_core(client):
     ids = client.tokenizer.encode(" one two three", add_special_tokens=False)
     gen = Generation(client, "s", [client.make_request("s", [5, 6], SamplingParams(max_tokens=20, stop=" two"))])
-    client._on_message(outputs(*(protocol.EngineCoreOutput("s", 0, t) for t in ids)))
+    client._on_message(outputs(*(protocol.EngineCoreOutput("s", 0, [t]) for t in ids)))
     (final,) = await asyncio.wait_for(gen.finals(), 10)
     assert final.finished and final.outputs[0].text == " one" and final.outputs[0].stop_reason == " two"
     assert client.core.sent[-1] == protocol.FinishSequences([("s", 0)])
@@ -128,7 +128,7 @@ async def test_a_message_the_loop_has_not_read_yet_is_no_hang(inputs):
     await asyncio.sleep(1.0)  # the debt is overdue, but an answer waits unread
     assert client.dead is None and not client.core.killed
     client.core.unread = False
-    client.core.script.put_nowait(outputs(protocol.EngineCoreOutput("r", 0, 9)))
+    client.core.script.put_nowait(outputs(protocol.EngineCoreOutput("r", 0, [9])))
     await asyncio.sleep(0.2)
     assert client.dead is None  # the answer reset the clock
     await asyncio.wait_for(run, 10)  # and silence hangs it again
@@ -158,8 +158,8 @@ async def test_a_request_that_fails_here_ends_alone_and_the_core_aborts_it(clien
         Generation(client, r, [client.make_request(r, [5, 6], SamplingParams(max_tokens=2, ignore_eos=True))])
         for r in ("good", "bad")
     )
-    client._on_message(outputs(*(protocol.EngineCoreOutput(r, 0, 9) for r in ("good", "bad")), received=2))
-    client._on_message(outputs(protocol.EngineCoreOutput("good", 0, 10, finish_reason="length"), received=2))
+    client._on_message(outputs(*(protocol.EngineCoreOutput(r, 0, [9]) for r in ("good", "bad")), received=2))
+    client._on_message(outputs(protocol.EngineCoreOutput("good", 0, [10], finish_reason="length"), received=2))
     with pytest.raises(EngineFailedError, match="detokenizing its output failed: UnicodeDecodeError") as err:
         await asyncio.wait_for(bad.finals(), 10)
     assert to_api_error(err.value).status == 500

@@ -69,7 +69,7 @@ def collect(outputs: zmq.Socket, until) -> list[protocol.CoreMessage]:
 
 
 def tokens_of(messages, request_id: str) -> list[int]:
-    return [o.token_id for m in messages for o in m.outputs if o.request_id == request_id]
+    return [t for m in messages for o in m.outputs if o.request_id == request_id for t in o.new_token_ids]
 
 
 def test_each_step_sends_one_message_with_every_sequences_token(core):
@@ -148,14 +148,14 @@ def test_a_request_whose_sampling_fails_fails_alone(core, monkeypatch):
     with core_loop(core) as (commands, outputs):
         send(commands, request("alone", 5))
         alone = tokens_of(collect(outputs, lambda ms: len(tokens_of(ms, "alone")) == 5), "alone")
-    draw = sampler._draw
+    draw = sampler.draw
 
-    def poisoned(logits, seqs):
-        if any(s.request.request_id == "poison" for s in seqs):
+    def poisoned(probs, seqs):
+        if any(s.request_id == "poison" for s in seqs):
             raise RuntimeError("injected fault")
-        return draw(logits, seqs)
+        return draw(probs, seqs)
 
-    monkeypatch.setattr(sampler, "_draw", poisoned)
+    monkeypatch.setattr(sampler, "draw", poisoned)
     with core_loop(core) as (commands, outputs):
         send(commands, request("poison", 5, temperature=1.0, seed=1))
         send(commands, request("fine", 5))

@@ -28,7 +28,7 @@ def feed(tokenizer, tokens, max_model_len=64, **params):
     for i, token in enumerate(tokens):
         core_seq.token_ids.append(token)
         reason, stop_token = finish_reason(core_seq, token, frozenset({EOS}), max_model_len)
-        results, stopped = processor.process([EngineCoreOutput("r", 0, token, None, reason, stop_token)], 0.0)
+        results, stopped = processor.process([EngineCoreOutput("r", 0, [token], None, reason, stop_token)], 0.0)
         if results[0].finished:
             return state.seqs[0], i + 1, stopped, results[0].outputs[0].text
     return state.seqs[0], None, [], None
@@ -84,7 +84,7 @@ def outputs_of(tokenizer, tokens, kind, **params):
         last = "length" if i == len(tokens) - 1 else None
         for index in (0, 1):
             lp = TokenLogprobs(token + index, -0.5 * i, 1, [])
-            results += processor.process([EngineCoreOutput("r", index, token + index, lp, last, None)], 0.0)[0]
+            results += processor.process([EngineCoreOutput("r", index, [token + index], [lp], last, None)], 0.0)[0]
     return results
 
 

@@ -32,14 +32,14 @@ def assert_nothing_left(llm: LLM) -> None:
 
 def test_a_request_whose_sampling_fails_fails_its_call_and_leaves_nothing_behind(llm, monkeypatch):
     before = generate(llm)
-    draw, failing = sampler._draw, llm._next_id + 1  # the second prompt of the next call
+    draw, failing = sampler.draw, llm._next_id + 1  # the second prompt of the next call
 
-    def poisoned(logits, seqs):
-        if any(s.request.request_id == str(failing) for s in seqs):
+    def poisoned(probs, seqs):
+        if any(s.request_id == str(failing) for s in seqs):
             raise RuntimeError("injected fault")
-        return draw(logits, seqs)
+        return draw(probs, seqs)
 
-    monkeypatch.setattr(sampler, "_draw", poisoned)
+    monkeypatch.setattr(sampler, "draw", poisoned)
     with pytest.raises(EngineFailedError, match="prompt 1 failed: sampling failed: RuntimeError: injected fault"):
         llm.generate([{"prompt_token_ids": p} for p in PROMPTS], SamplingParams(seed=1, max_tokens=6))
     assert_nothing_left(llm)

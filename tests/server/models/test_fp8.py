@@ -15,7 +15,7 @@ from argosy.server.models.fp8 import FP8_MAX, Fp8Linear, linear_weight_bytes, qu
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.worker.model_inputs import SequenceChunk, prepare_inputs
+from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
 from tests.checkpoints import ARCHS
 
 BLOCK = 16
@@ -216,7 +216,7 @@ def test_default_model_in_fp8_answers_paris():
     from argosy import LLM, SamplingParams
 
     llm = LLM(quantization="fp8")
-    assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.core.runner.model))
+    assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.core.executor.runner.model))
     out = llm.chat(
         [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
     )[0].outputs[0]

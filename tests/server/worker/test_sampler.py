@@ -12,17 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from argosy.kernels import cpu_kernels
-from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.worker import sampler
 from argosy.server.worker.sampler import NO_TOKEN, Sampler, greedy_tokens
+from argosy.server.worker.sequence_states import SequenceState
 
 EOS = 9
 
 
-def seq(prompt=(0,), outputs=(), request_id="r", **params) -> Sequence:
-    s = Sequence(0, Request(request_id, list(prompt), SamplingParams(**params)), 0, list(prompt))
-    s.token_ids.extend(outputs)
+def seq(prompt=(0,), outputs=(), request_id="r", **params) -> SequenceState:
+    p = SamplingParams(**params)
+    s = SequenceState(request_id, p, list(prompt), p.seed_of(0))
+    s.output_token_ids.extend(outputs)
     return s
 
 
@@ -139,15 +140,15 @@ def test_a_row_whose_sampling_fails_fails_alone_and_the_others_keep_their_draws(
         return seq(temperature=0), seq(seed=3), seq(request_id="poison", seed=4)
 
     expected = sample(logits[:2], *rows()[:2]).token_ids
-    draw = sampler._draw
+    draw = sampler.draw
 
-    def poisoned(logits, seqs):
-        drawn = draw(logits, seqs)  # the generators have moved on when it fails
-        if any(s.request.request_id == "poison" for s in seqs):
+    def poisoned(probs, seqs):
+        drawn = draw(probs, seqs)  # the generators have moved on when it fails
+        if any(s.request_id == "poison" for s in seqs):
             raise RuntimeError("injected fault")
         return drawn
 
-    monkeypatch.setattr(sampler, "_draw", poisoned)
+    monkeypatch.setattr(sampler, "draw", poisoned)
     out = sample(logits, *rows())
     assert out.token_ids[:2] == expected and out.errors[:2] == [None, None]
     assert out.errors[2] == "sampling failed: RuntimeError: injected fault"

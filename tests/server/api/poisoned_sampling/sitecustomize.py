@@ -14,14 +14,14 @@ SAMPLER = "argosy.server.worker.sampler"
 
 
 def _poison(sampler) -> None:
-    draw = sampler._draw
+    draw = sampler.draw
 
-    def poisoned(logits, seqs):
-        if any(seq.request.request_id.startswith("poison") for seq in seqs):
+    def poisoned(probs, seqs):
+        if any(seq.request_id.startswith("poison") for seq in seqs):
             raise RuntimeError("injected fault: a poisoned request")
-        return draw(logits, seqs)
+        return draw(probs, seqs)
 
-    sampler._draw = poisoned
+    sampler.draw = poisoned
 
 
 class _PoisonOnImport(importlib.abc.MetaPathFinder):

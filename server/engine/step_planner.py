@@ -1,0 +1,57 @@
+"""StepPlanner: the scheduler's decision for a step, as a StepPlan for the device side. It
+remembers which sequences the device side knows: a sequence is described there once, when first
+scheduled (a fork when it is forked), its block table's changes go with its chunks, and a
+finished sequence is named once so that its state there goes too."""
+
+from __future__ import annotations
+
+from argosy.server.engine.parallel_sampling import Fork
+from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
+from argosy.server.engine.sequence import Sequence
+from argosy.server.executor.plan import NewSequence, SampleRow, ScheduledChunk, StepPlan
+
+
+class StepPlanner:
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
+        self._known: set[int] = set()  # the sequences the device side holds
+
+    def plan(self, out: SchedulerOutput, completing: list[Sequence], forks: list[Fork | None]) -> StepPlan:
+        """`completing`: the scheduled sequences whose logits are wanted, in schedule order,
+        each with its fork (or None); each samples from its own row, its children from it too."""
+        known = self._known
+        finished = [seq_id for seq_id in self.scheduler.take_finished() if seq_id in known]
+        known.difference_update(finished)
+        new: list[NewSequence] = []
+        chunks = []
+        for item in out.scheduled:
+            seq = item.seq
+            if seq.seq_id not in known:
+                known.add(seq.seq_id)
+                request = seq.request
+                params = request.params
+                new.append(
+                    NewSequence(
+                        seq.seq_id, request.request_id, params, request.prompt_token_ids, params.seed_of(seq.index)
+                    )
+                )
+            start, changed = seq.num_computed_tokens, seq.block_table_changed_from
+            blocks = None
+            if changed is not None:
+                blocks = (changed, seq.block_table[changed:])
+                seq.block_table_changed_from = None
+            tokens = seq.token_ids[start : start + item.num_new_tokens]
+            chunks.append(ScheduledChunk(seq.seq_id, tokens, start, item.completes, blocks))
+        samples = []
+        for row, (seq, fork) in enumerate(zip(completing, forks)):
+            samples.append(SampleRow(seq.seq_id, row))
+            for seq_id, index in fork.children if fork is not None else ():
+                known.add(seq_id)
+                request = seq.request
+                new.append(
+                    NewSequence(
+                        seq_id, request.request_id, request.params, [], request.params.seed_of(index), seq.seq_id
+                    )
+                )
+                samples.append(SampleRow(seq_id, row))
+        return StepPlan(new, finished, chunks, out.blocks_to_copy, samples)

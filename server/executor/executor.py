@@ -1,0 +1,31 @@
+"""Executor: what the engine asks of the device side. `start` loads the model, profiles the
+largest step, allocates the KV cache and captures graphs; `execute` runs one StepPlan and
+samples; `check_device` runs a one-token step to tell a broken batch from a broken device.
+
+Today one executor runs in the engine core's process (the worker package's); a multi-process
+one (a worker per GPU, for tensor parallelism) takes the same plans."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from argosy.server.engine_config import EngineConfig, EngineLimits
+from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
+from argosy.server.models.model_config import ModelConfig
+
+
+class Executor(Protocol):
+    def start(self) -> DeviceReady: ...
+
+    def execute(self, plan: StepPlan) -> StepResult: ...
+
+    def check_device(self) -> None: ...
+
+
+def make_executor(
+    config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]
+) -> Executor:
+    """The executor the configuration asks for: the in-process one."""
+    from argosy.server.worker.executor import InProcessExecutor
+
+    return InProcessExecutor(config, model, limits, eos_token_ids)

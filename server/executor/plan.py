@@ -1,0 +1,74 @@
+"""StepPlan: one step as the engine decided it, in plain data (no engine object crosses), for
+an Executor to run on the device; and StepResult, what comes back. The device side keeps what
+it needs of each sequence across steps (its block table, its generator, its tokens), so a plan
+carries only what is new: sequences it has not seen, block-table changes, sequences it may
+forget. msgspec structs, so that a plan can go to other processes as it is."""
+
+from __future__ import annotations
+
+import msgspec
+
+from argosy.server.sampling_params import SamplingParams
+
+
+class NewSequence(msgspec.Struct, array_like=True):
+    """A sequence the device side has not seen yet: what sampling it needs for its whole life."""
+
+    seq_id: int
+    request_id: str  # named in logs when it fails
+    params: SamplingParams
+    prompt_token_ids: list[int]  # penalties read them; empty for a fork, which takes its parent's
+    seed: int | None  # of its generator: the request's seed plus the sequence's index
+    fork_of: int | None = None  # the parent of a parallel sample (n > 1)
+
+
+class ScheduledChunk(msgspec.Struct, array_like=True):
+    """One sequence's share of the step."""
+
+    seq_id: int
+    token_ids: list[int]  # computed this step
+    start: int  # position of the first of them
+    sample: bool  # the logits of its last token are wanted
+    # The block table's change since the device last had it: (entries kept, entries after them);
+    # None when it did not change.
+    blocks: tuple[int, list[int]] | None = None
+
+
+class SampleRow(msgspec.Struct, array_like=True):
+    """A sequence to sample, from the logits of one chunk's last token."""
+
+    seq_id: int
+    logits_row: int  # among the chunks with `sample`, in order
+
+
+class StepPlan(msgspec.Struct, array_like=True):
+    new_sequences: list[NewSequence]
+    finished: list[int]  # sequences the device side may forget
+    chunks: list[ScheduledChunk]
+    block_copies: list[tuple[int, int]]  # (src, dst) copy-on-write, before the forward pass
+    samples: list[SampleRow]
+
+
+class TokenLogprobs(msgspec.Struct, array_like=True):
+    """Log-probabilities around one sampled token, from the raw model distribution."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: list[tuple[int, float]]  # the most likely alternatives, best first
+
+
+class StepResult(msgspec.Struct, array_like=True):
+    """Per SampleRow of the plan, in order: its new tokens (one, or several a step accepted),
+    their log-probabilities when asked for, or why it has none (its request fails alone)."""
+
+    token_ids: list[list[int]]
+    logprobs: list[list[TokenLogprobs] | None]
+    errors: list[str | None]
+
+
+class DeviceReady(msgspec.Struct, array_like=True):
+    """What the device side settled at start-up."""
+
+    num_blocks: int  # KV-cache blocks for the sequences
+    startup: str  # the start-up report's line: device, backend, graphs, memory, phase times

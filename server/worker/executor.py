@@ -1,0 +1,87 @@
+"""InProcessExecutor: the device side in the engine core's own process. At start it loads the
+model, profiles the largest step, sizes and allocates the KV cache, and captures the CUDA
+graphs; each step it takes the plan's changes into the sequences' states, runs the forward
+pass, samples the rows the plan names and keeps what it sampled."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from argosy.server.engine_config import EngineConfig, EngineLimits
+from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
+from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.device import resolve_device, resolve_dtype
+from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
+from argosy.server.worker.model_runner import ModelRunner
+from argosy.server.worker.sampler import Sampler
+from argosy.server.worker.sequence_states import SequenceStates
+from argosy.server.worker.startup_report import PhaseClock, StartupReport, tensor_bytes
+from argosy.server.worker.step_inputs import SequenceChunk
+
+log = logging.getLogger("argosy.engine")
+
+
+class InProcessExecutor:
+    def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]):
+        self.config, self.model_config, self.limits = config, model, limits
+        self.sampler = Sampler(eos_token_ids)
+        self.states = SequenceStates()
+        self.runner: ModelRunner | None = None  # once started
+        self.report: StartupReport | None = None  # what start settled, once started
+
+    def start(self) -> DeviceReady:
+        config, limits = self.config, self.limits
+        device = resolve_device(config)
+        dtype = resolve_dtype(config, self.model_config, device)
+        torch.manual_seed(config.seed)
+        clock = PhaseClock()
+        runner = self.runner = ModelRunner(self.model_config, config, dtype, device, limits.max_model_len)
+        clock.lap("load")
+        largest_step = min(limits.max_num_batched_tokens, limits.max_model_len)
+        budget = kv_cache_budget(config, device, lambda: runner.profile_peak_bytes(largest_step, config.max_num_seqs))
+        clock.lap("profile")
+        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, dtype)
+        reserved = runner.reserved_blocks
+        num_blocks = num_kv_blocks(budget, block_bytes, limits.max_model_len, config.block_size, reserved)
+        runner.allocate_kv_cache(num_blocks)
+        clock.lap("kv_cache")
+        graph_sizes = runner.capture_graphs()
+        clock.lap("graphs")
+        report = self.report = StartupReport(
+            str(device),
+            runner.backend.name,
+            config.quantization,
+            graph_sizes,
+            num_blocks,
+            tensor_bytes(runner.model),
+            (num_blocks + reserved) * block_bytes,
+            clock.seconds,
+        )
+        log.info(report.line())
+        return DeviceReady(num_blocks, report.line())
+
+    def execute(self, plan: StepPlan) -> StepResult:
+        states = self.states
+        states.apply(plan)
+        chunks = [SequenceChunk(c.token_ids, c.start, states[c.seq_id].block_table, c.sample) for c in plan.chunks]
+        logits = self.runner.execute(chunks, plan.block_copies)
+        if not plan.samples:  # only partial prefill chunks ran
+            return StepResult([], [], [])
+        seqs = [states[s.seq_id] for s in plan.samples]
+        rows = [s.logits_row for s in plan.samples]
+        if rows != list(range(len(rows))):  # parallel samples share their parent's row
+            logits = logits[torch.tensor(rows, device=logits.device)]
+        sampled = self.sampler(logits, seqs)
+        token_ids: list[list[int]] = []
+        logprobs = []
+        for seq, token_id, lp, error in zip(seqs, sampled.token_ids, sampled.logprobs, sampled.errors):
+            if error is None:
+                seq.output_token_ids.append(token_id)
+            token_ids.append([token_id])
+            logprobs.append(None if lp is None else [lp])
+        return StepResult(token_ids, logprobs, sampled.errors)
+
+    def check_device(self) -> None:
+        self.runner.check_device()

@@ -1,0 +1,59 @@
+"""A step's model inputs, built from the scheduled chunks alone: flattened tokens, their
+positions and cache slots, and the rows whose logits are wanted; and the CUDA graphs' static
+buffers, built from the same declared fields."""
+
+from __future__ import annotations
+
+import torch
+
+from argosy.kernels.attention_backend import TorchAttention
+from argosy.server.worker.step_inputs import FIELDS, SequenceChunk, StaticInputs, host_inputs, prepare_inputs
+
+BLOCK = 4
+
+
+def test_a_mixed_step_flattens_without_padding():
+    decode = SequenceChunk([7], start=5, block_table=[3, 9], sample=True)  # position 5: block 9, offset 1
+    prefill = SequenceChunk([1, 2, 3], start=0, block_table=[4], sample=True)
+    partial = SequenceChunk([5, 6], start=4, block_table=[0, 2, 8], sample=False)  # a chunk that is not the end
+    inputs = prepare_inputs([decode, prefill, partial], BLOCK, torch.device("cpu"), TorchAttention())
+    assert inputs.input_ids.tolist() == [7, 1, 2, 3, 5, 6]
+    assert inputs.positions.tolist() == [5, 0, 1, 2, 4, 5]
+    assert inputs.attention.slot_mapping.tolist() == [9 * BLOCK + 1, 16, 17, 18, 2 * BLOCK, 2 * BLOCK + 1]
+    assert inputs.attention.seq_lens.tolist() == [6, 3, 6]
+    assert inputs.logits_rows.tolist() == [0, 3]  # the last token of each sampled chunk
+
+
+def test_block_tables_are_padded_to_the_longest():
+    inputs = prepare_inputs(
+        [SequenceChunk([1], 0, [5], True), SequenceChunk([2], 8, [1, 2, 3], True)],
+        BLOCK,
+        torch.device("cpu"),
+        TorchAttention(),
+    )
+    assert inputs.attention.block_tables.tolist() == [[5, 0, 0], [1, 2, 3]]
+    assert inputs.attention.slot_mapping.tolist() == [20, 12]
+
+
+def test_graph_buffers_come_from_the_same_fields_and_hold_what_the_eager_inputs_hold():
+    """Every declared field has a static buffer; a decode batch copied in holds, row for row, the
+    eager step's values, and the padding rows up to the graph's size decode the null block."""
+    chunks = [
+        SequenceChunk([7], 5, [3, 9], True),
+        SequenceChunk([8], 2, [4], True),
+        SequenceChunk([9], 9, [1, 2, 6], True),
+    ]
+    static = StaticInputs(max_seqs=8, max_blocks_per_seq=4, block_size=BLOCK, device=torch.device("cpu"))
+    static.null_block = 11
+    assert set(static.buffers) == {f.name for f in FIELDS}
+    static.fill(host_inputs(chunks, BLOCK), size=4)
+    eager = prepare_inputs(chunks, BLOCK, torch.device("cpu"), TorchAttention())
+    assert static.field("input_ids", 3).tolist() == eager.input_ids.tolist()
+    assert static.field("positions", 3).tolist() == eager.positions.tolist()
+    assert static.field("slot_mapping", 3).tolist() == eager.attention.slot_mapping.tolist()
+    assert static.field("seq_lens", 3).tolist() == eager.attention.seq_lens.tolist()
+    assert static.field("block_tables", 3)[:, :3].tolist() == [[3, 9, 11], [4, 11, 11], [1, 2, 6]]
+    # Row 3 pads the batch up to 4: one key, at the null block's first slot.
+    pad = {f.name: static.buffers[f.name][3].tolist() for f in FIELDS}
+    assert pad == {"input_ids": 0, "positions": 0, "slot_mapping": 11 * BLOCK, "seq_lens": 1,
+                   "block_tables": [11, *static.buffers["block_tables"][3, 1:].tolist()]}  # fmt: skip
