@@ -171,8 +171,10 @@ class EngineClient:
         failed too, rather than left unwatched."""
         watchdog = self.watchdog
         try:
-            while not self._stopped and self.dead is None:
+            while True:
                 await asyncio.sleep(watchdog.tick)
+                if self._stopped or self.dead is not None:  # the core may be gone by now
+                    return
                 verdict = watchdog.poll(time.monotonic(), unread=self.core.message_waiting())
                 if verdict == PING:
                     self.core.send(protocol.Ping())

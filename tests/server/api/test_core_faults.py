@@ -14,12 +14,14 @@ from pathlib import Path
 from unittest import mock
 
 import httpx
+import zmq
 
 from argosy.server.api.app import run_engine
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
+from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine_config import EngineConfig
 from tests.polling import wait_until
 from tests.processes import MODEL, alive, children, serve_process
@@ -119,3 +121,18 @@ async def test_a_failure_between_the_core_starting_and_serving_fails_the_server(
     assert state.failure == "starting to serve failed: RuntimeError: binding the gauges broke"
     assert state.exit_code == 70 and state.client is None and not state.ready
     assert started[0].process.poll() is not None
+
+
+def test_a_command_for_a_core_that_has_just_exited_is_dropped_rather_than_blocking(tmp_path):
+    """A PUSH socket with nobody at the other end blocks on send for good: were the event loop
+    to send a ping or a request there in the instant the core exits, the server would hang."""
+    client = CoreClient.__new__(CoreClient)  # its socket alone: no core is started
+    context = zmq.Context()
+    client._commands = context.socket(zmq.PUSH)
+    client._commands.bind(f"ipc://{tmp_path / 'commands'}")
+    sent = threading.Thread(target=client.send, args=(protocol.Ping(),), daemon=True)
+    sent.start()
+    sent.join(5)
+    assert not sent.is_alive(), "send blocked with no core to take the command"
+    client._commands.close(linger=0)
+    context.term()
