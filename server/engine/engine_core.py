@@ -112,12 +112,7 @@ class EngineCore:
         forks = self.parallel_sampling.forks(completing)
         result = self.executor.execute(self.planner.plan(scheduled, completing, forks))
         self.scheduler.advance(scheduled)
-        targets: list[Sequence] = []
-        for seq, fork in zip(completing, forks):
-            targets.append(seq)
-            if fork is not None:
-                targets += self.parallel_sampling.fork(fork)
-        return self._append_sampled(targets, result)
+        return self._append_sampled(self.parallel_sampling.targets(completing, forks), result)
 
     def _append_sampled(self, targets: list[Sequence], result: StepResult) -> list[EngineCoreOutput]:
         """Each target's new tokens; a target that could not be sampled, or whose stop check

@@ -25,17 +25,28 @@ class ParallelSampling:
     def __init__(self, scheduler: Scheduler, seq_ids: Iterator[int]):
         self.scheduler, self.seq_ids = scheduler, seq_ids
 
-    def forks(self, completing: list[Sequence]) -> list[Fork | None]:
-        """For each sequence that completes this step, its fork if its prompt is what completes."""
-        found: list[Fork | None] = []
-        for seq in completing:
+    def forks(self, completing: list[Sequence]) -> dict[int, Fork]:
+        """Of the sequences that complete this step, those whose prompt is what completes and
+        that have siblings to fork: their forks, by their place in `completing`."""
+        found = {}
+        for row, seq in enumerate(completing):
             request = seq.request
-            if seq.num_output_tokens == 0 and request.num_pending_forks:
+            if request.params.n > 1 and seq.num_output_tokens == 0 and request.num_pending_forks:
                 indices = range(len(request.seqs), request.params.n)
-                found.append(Fork(seq, [(next(self.seq_ids), index) for index in indices]))
-            else:
-                found.append(None)
+                found[row] = Fork(seq, [(next(self.seq_ids), index) for index in indices])
         return found
+
+    def targets(self, completing: list[Sequence], forks: dict[int, Fork]) -> list[Sequence]:
+        """The sequences to sample, after the step ran: `completing`, each followed by the
+        children it forks into (made now), in the order of the plan's samples."""
+        if not forks:
+            return completing
+        targets = []
+        for row, seq in enumerate(completing):
+            targets.append(seq)
+            if row in forks:
+                targets += self.fork(forks[row])
+        return targets
 
     def fork(self, fork: Fork) -> list[Sequence]:
         """The children, sharing the parent's blocks and progress; after the step has run."""

@@ -113,10 +113,11 @@ class Scheduler:
         sequence's (all of them without `kept`); the slots of the others go back."""
         for i, item in enumerate(out.scheduled):
             seq = item.seq
-            num_kept = item.num_new_tokens if kept is None else kept[i]
-            seq.num_computed_tokens += num_kept
-            if num_kept < item.num_new_tokens:
+            if kept is not None and kept[i] < item.num_new_tokens:
+                seq.num_computed_tokens += kept[i]
                 self.kv.trim(seq, seq.num_computed_tokens)
+            else:
+                seq.num_computed_tokens += item.num_new_tokens
             self.kv.cache_full_blocks(seq)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:

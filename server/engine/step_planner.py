@@ -16,9 +16,9 @@ class StepPlanner:
         self.scheduler = scheduler
         self._known: set[int] = set()  # the sequences the device side holds
 
-    def plan(self, out: SchedulerOutput, completing: list[Sequence], forks: list[Fork | None]) -> StepPlan:
+    def plan(self, out: SchedulerOutput, completing: list[Sequence], forks: dict[int, Fork]) -> StepPlan:
         """`completing`: the scheduled sequences whose logits are wanted, in schedule order,
-        each with its fork (or None); each samples from its own row, its children from it too."""
+        and the forks of some (by place); each samples from its own row, its children from it too."""
         known = self._known
         finished = [seq_id for seq_id in self.scheduler.take_finished() if seq_id in known]
         known.difference_update(finished)
@@ -42,16 +42,15 @@ class StepPlanner:
                 seq.block_table_changed_from = None
             tokens = seq.token_ids[start : start + item.num_new_tokens]
             chunks.append(ScheduledChunk(seq.seq_id, tokens, start, item.completes, blocks))
-        samples = []
-        for row, (seq, fork) in enumerate(zip(completing, forks)):
-            samples.append(SampleRow(seq.seq_id, row))
-            for seq_id, index in fork.children if fork is not None else ():
-                known.add(seq_id)
-                request = seq.request
-                new.append(
-                    NewSequence(
-                        seq_id, request.request_id, request.params, [], request.params.seed_of(index), seq.seq_id
-                    )
-                )
-                samples.append(SampleRow(seq_id, row))
+        samples = [SampleRow(seq.seq_id, row) for row, seq in enumerate(completing)]
+        if forks:
+            samples = []
+            for row, seq in enumerate(completing):
+                samples.append(SampleRow(seq.seq_id, row))
+                for seq_id, index in forks[row].children if row in forks else ():
+                    known.add(seq_id)
+                    request = seq.request
+                    seed = request.params.seed_of(index)
+                    new.append(NewSequence(seq_id, request.request_id, request.params, [], seed, seq.seq_id))
+                    samples.append(SampleRow(seq_id, row))
         return StepPlan(new, finished, chunks, out.blocks_to_copy, samples)

@@ -12,7 +12,8 @@ def finish_reason(
     """(finish_reason, stop_reason) after `token_id` was appended to `seq`; (None, None) while
     it goes on. eos and stop tokens count only once min_tokens are out."""
     p = seq.params
-    num_tokens, num_output = seq.num_tokens, seq.num_output_tokens
+    num_tokens = len(seq.token_ids)  # this runs for every sequence at every step: no properties
+    num_output = num_tokens - seq.num_prompt_tokens
     may_stop = p.may_stop(num_output)
     if may_stop and not p.ignore_eos and token_id in eos_token_ids:
         return "stop", None

@@ -70,18 +70,14 @@ class InProcessExecutor:
         if not plan.samples:  # only partial prefill chunks ran
             return StepResult([], [], [])
         seqs = [states[s.seq_id] for s in plan.samples]
-        rows = [s.logits_row for s in plan.samples]
-        if rows != list(range(len(rows))):  # parallel samples share their parent's row
-            logits = logits[torch.tensor(rows, device=logits.device)]
+        if len(plan.samples) > len(logits):  # parallel samples share their parent's row
+            logits = logits[torch.tensor([s.logits_row for s in plan.samples], device=logits.device)]
         sampled = self.sampler(logits, seqs)
-        token_ids: list[list[int]] = []
-        logprobs = []
-        for seq, token_id, lp, error in zip(seqs, sampled.token_ids, sampled.logprobs, sampled.errors):
+        for seq, token_id, error in zip(seqs, sampled.token_ids, sampled.errors):
             if error is None:
                 seq.output_token_ids.append(token_id)
-            token_ids.append([token_id])
-            logprobs.append(None if lp is None else [lp])
-        return StepResult(token_ids, logprobs, sampled.errors)
+        token_ids = [[token_id] for token_id in sampled.token_ids]
+        return StepResult(token_ids, [None if lp is None else [lp] for lp in sampled.logprobs], sampled.errors)
 
     def check_device(self) -> None:
         self.runner.check_device()

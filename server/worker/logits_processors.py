@@ -30,7 +30,7 @@ class Penalties:
     prompt and the output, frequency and presence over the output."""
 
     def rows(self, seqs: list[SequenceState]) -> list[int]:
-        return [i for i, s in enumerate(seqs) if s.params.has_penalties]
+        return [i for i, s in enumerate(seqs) if s.penalized]
 
     def apply(self, logits: torch.Tensor, rows: list[int], seqs: list[SequenceState]) -> None:
         device, vocab = logits.device, logits.shape[-1]
@@ -55,7 +55,8 @@ class MinTokens:
         self.eos_token_ids = list(eos_token_ids)
 
     def rows(self, seqs: list[SequenceState]) -> list[int]:
-        return [i for i, s in enumerate(seqs) if not s.params.may_stop(s.num_output_tokens)]
+        # Most requests have no min_tokens: for them the rule is never asked.
+        return [i for i, s in enumerate(seqs) if s.params.min_tokens and not s.params.may_stop(s.num_output_tokens)]
 
     def apply(self, logits: torch.Tensor, rows: list[int], seqs: list[SequenceState]) -> None:
         for i in rows:

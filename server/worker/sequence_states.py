@@ -12,10 +12,19 @@ from argosy.server.sampling_params import SamplingParams
 
 
 class SequenceState:
-    __slots__ = ("block_table", "generator", "output_token_ids", "params", "prompt_token_ids", "request_id")
+    __slots__ = (
+        "block_table",
+        "generator",
+        "output_token_ids",
+        "params",
+        "penalized",
+        "prompt_token_ids",
+        "request_id",
+    )
 
     def __init__(self, request_id: str, params: SamplingParams, prompt_token_ids: list[int], seed: int | None):
         self.request_id, self.params = request_id, params
+        self.penalized = params.has_penalties  # read for every row at every step
         self.prompt_token_ids = prompt_token_ids
         self.output_token_ids: list[int] = []
         self.block_table: list[int] = []

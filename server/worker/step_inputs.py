@@ -11,14 +11,15 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
 import torch
 
 from argosy.kernels.attention_backend import AttentionBackend, AttentionBatch
 
 
-@dataclass
-class SequenceChunk:
-    """One sequence's share of a step, as the device side sees it."""
+class SequenceChunk(msgspec.Struct):
+    """One sequence's share of a step, as the device side sees it (a struct: one is made per
+    sequence per step)."""
 
     token_ids: list[int]  # the tokens computed this step
     start: int  # position of the first of them
