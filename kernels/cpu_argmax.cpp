@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cpu_bf16.h"
+#include "cpu_device.h"
 
 namespace {
 
@@ -69,6 +70,7 @@ int64_t row_argmax(const T* row, int64_t n) {
 
 // logits: [rows, vocab], each row contiguous. Returns int64 [rows].
 at::Tensor greedy_argmax(const at::Tensor& logits) {
+  check_on_cpu("greedy_argmax", logits);
   TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0 && logits.stride(1) == 1,
               "logits must be [rows, vocab] with contiguous rows");
   const int64_t rows = logits.size(0), vocab = logits.size(1), stride = logits.stride(0);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu_bf16.h"
+#include "cpu_device.h"
 
 namespace {
 
@@ -188,6 +189,7 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& q_index, const at::Tensor& block_tables,
                             const at::Tensor& seq_lens, double scale, at::Tensor& out) {
+  check_on_cpu("paged_decode_attention", q, k_cache, v_cache, q_index, block_tables, seq_lens, out);
   TORCH_CHECK(q.is_contiguous() && out.is_contiguous(), "q and out must be contiguous");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "the caches must be contiguous");
   TORCH_CHECK(q_index.scalar_type() == at::kLong && block_tables.scalar_type() == at::kLong &&

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "cpu_bf16.h"
+#include "cpu_device.h"
 
 namespace {
 
@@ -46,6 +47,8 @@ void check_rows(const at::Tensor& t, const char* name) {
 // (rms_norm(x + residual), x + residual).
 std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::Tensor& weight, double eps,
                                                  const c10::optional<at::Tensor>& residual) {
+  check_on_cpu("rms_norm_bf16", x, weight);
+  if (residual.has_value()) check_on_cpu("rms_norm_bf16", *residual);
   check_rows(x, "x");
   TORCH_CHECK(weight.scalar_type() == at::kBFloat16 && weight.is_contiguous(), "weight must be contiguous bfloat16");
   const int64_t rows = x.size(0), width = x.size(1);
@@ -101,6 +104,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::
 // cos, sin: float32 [max_position, head_dim], half-split layout. Returns rotated copies.
 std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& cos, const at::Tensor& sin) {
+  check_on_cpu("rotary_bf16", positions, q, k, cos, sin);
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16, "q and k must be bfloat16");
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && q.stride(2) == 1 && k.stride(2) == 1, "q, k: [tokens, heads, head_dim]");
   TORCH_CHECK(cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.is_contiguous(), "float32 tables");
@@ -144,6 +148,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, cons
 
 // x: [rows, 2 * I] (gate, then up) -> silu(gate) * up: [rows, I].
 at::Tensor silu_and_mul_bf16(const at::Tensor& x) {
+  check_on_cpu("silu_and_mul_bf16", x);
   check_rows(x, "x");
   const int64_t rows = x.size(0), width = x.size(1) / 2;
   at::Tensor out = at::empty({rows, width}, x.options());

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
 import logging
 import os
 import sys
@@ -24,6 +25,7 @@ SOURCES = [
     Path(__file__).with_name(f"cpu_{name}.cpp")
     for name in ("attention", "argmax", "elementwise", "kv_cache", "bindings")
 ]
+HEADERS = sorted(Path(__file__).parent.glob("cpu_*.h"))
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
 
 
@@ -32,7 +34,10 @@ def build_directory() -> Path:
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return Path(root) / f"argosy_cpu_kernels-{python}-torch{torch.__version__}"
+    # PyTorch rebuilds when a listed source changes, not when a header does: the sources' and the
+    # headers' contents name the folder, so any change to either builds afresh.
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in [*SOURCES, *HEADERS])).hexdigest()[:12]
+    return Path(root) / f"argosy_cpu_kernels-{python}-torch{torch.__version__}-{digest}"
 
 
 @contextlib.contextmanager

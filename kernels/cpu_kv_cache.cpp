@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "cpu_device.h"
+
 namespace {
 
 void check(const at::Tensor& x, const at::Tensor& cache, const char* name) {
@@ -20,6 +22,7 @@ void check(const at::Tensor& x, const at::Tensor& cache, const char* name) {
 // slot_mapping: int64 [tokens], flat slots (block * block_size + offset).
 void write_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping) {
+  check_on_cpu("write_kv", k, v, k_cache, v_cache, slot_mapping);
   check(k, k_cache, "k");
   check(v, v_cache, "v");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.is_contiguous(), "slot_mapping: int64");

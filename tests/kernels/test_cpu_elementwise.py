@@ -11,6 +11,8 @@ import torch
 from argosy.kernels import cpu_elementwise, cpu_kernels, elementwise
 from argosy.kernels.attention_backend import select_backend
 
+pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+
 BF16 = torch.bfloat16
 
 

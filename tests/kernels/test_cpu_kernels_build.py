@@ -6,7 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from argosy.kernels.cpu_kernels import build_directory, cpu_kernels
+
+pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
 
 LOAD = "from argosy.kernels.cpu_kernels import cpu_kernels; assert cpu_kernels() is not None"
 

@@ -8,6 +8,8 @@ import torch
 
 from argosy.kernels import cpu_kernels, kv_cache_ops
 
+pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_write_kv_fills_the_same_slots_as_the_reference(dtype):
