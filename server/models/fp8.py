@@ -42,6 +42,23 @@ def fp8_gemm_supported(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device) >= (8, 9)
 
 
+SCALE_ROWS = 256  # the row tile of the row-wise scaled matmul kernel
+
+
+def rows_scale_padded(scale: torch.Tensor) -> torch.Tensor:
+    """The per-row activation scale [M, 1] as a view into a buffer of a multiple of SCALE_ROWS
+    rows (the padding 1.0): torch's row-wise FP8 kernel reads the scales a whole row tile at a
+    time, past M when M is not a multiple of 256, in releases before its own fix (pytorch issue
+    133334: an illegal memory access). Padded here, it reads only memory of its own."""
+    rows = scale.shape[0]
+    padded = -(-rows // SCALE_ROWS) * SCALE_ROWS
+    if padded == rows:
+        return scale
+    buffer = torch.ones(padded, 1, dtype=scale.dtype, device=scale.device)
+    buffer[:rows] = scale
+    return buffer[:rows]
+
+
 class Fp8Linear(Linear):
     """A Linear whose loaded weight becomes e4m3 [out, in] with a float32 scale per output
     channel; the bias stays in the model dtype."""
@@ -70,7 +87,7 @@ class Fp8Linear(Linear):
         if not self.use_fp8_gemm:
             return nn.functional.linear(x, self.dequantized_weight(x.dtype), self.bias)
         x2 = x.reshape(-1, self.in_features)
-        x_scale = (x2.abs().amax(dim=-1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE)
+        x_scale = rows_scale_padded((x2.abs().amax(dim=-1, keepdim=True).float() / FP8_MAX).clamp(min=MIN_SCALE))
         # mat1 must be row-major; mat2 column-major, which .t() of the [out, in] weight is.
         x_fp8 = (x2.float() / x_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8).contiguous()
         w_scale = self.weight_scale.view(1, -1)  # [1, out], contiguous as rowwise scaling wants

@@ -27,7 +27,7 @@ class InProcessExecutor:
     def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]):
         self.config, self.model_config, self.limits = config, model, limits
         self.sampler = Sampler(eos_token_ids)
-        self.states = SequenceStates()
+        self.states = SequenceStates(resolve_device(config))
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
 

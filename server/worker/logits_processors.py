@@ -4,7 +4,10 @@ Edits change the logits of any row that asks for them, greedy or not: penalties,
 of stop tokens under min_tokens (a grammar's mask joins them later). Each says which rows it
 wants and edits a float32 copy in place; when none wants a row, greedy rows take their argmax
 on the model's logits untouched (the fast path). Transforms shape only the sampled rows:
-temperature, top-k and top-p on the logits, then min-p on the probabilities."""
+temperature, top-k and top-p on the logits, then min-p on the probabilities.
+
+On a GPU none of them waits for the device: what they decide they decide from the parameters on
+the host, and the per-row parameters go to the device without a synchronisation."""
 
 from __future__ import annotations
 
@@ -13,6 +16,12 @@ from typing import Protocol
 import torch
 
 from argosy.server.worker.sequence_states import SequenceState
+
+
+def row_values(values: list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Per-row values from the host, on the device: copied without waiting for the device (a
+    tensor made on the device from a list would wait for every kernel queued before it)."""
+    return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
 
 class LogitsEdit(Protocol):
@@ -37,9 +46,9 @@ class Penalties:
         chosen = [seqs[i] for i in rows]
         counts = _token_counts([s.output_token_ids for s in chosen], vocab, device)
         in_prompt = _token_counts([s.prompt_token_ids for s in chosen], vocab, device) > 0
-        rep = torch.tensor([s.params.repetition_penalty for s in chosen], device=device)[:, None]
-        freq = torch.tensor([s.params.frequency_penalty for s in chosen], device=device)[:, None]
-        pres = torch.tensor([s.params.presence_penalty for s in chosen], device=device)[:, None]
+        rep = row_values([s.params.repetition_penalty for s in chosen], device)[:, None]
+        freq = row_values([s.params.frequency_penalty for s in chosen], device)[:, None]
+        pres = row_values([s.params.presence_penalty for s in chosen], device)[:, None]
         sub = logits[rows]
         seen = in_prompt | (counts > 0)
         sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
@@ -62,7 +71,7 @@ class MinTokens:
         for i in rows:
             params = seqs[i].params
             banned = list(params.stop_token_ids) + ([] if params.ignore_eos else self.eos_token_ids)
-            logits[i, banned] = float("-inf")
+            logits[i, row_values(banned, logits.device, torch.long)] = float("-inf")
 
 
 class LogitsTransform(Protocol):
@@ -72,16 +81,16 @@ class LogitsTransform(Protocol):
 
 
 def temperature(logits: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
-    return logits / torch.tensor([s.params.temperature for s in seqs], device=logits.device)[:, None]
+    return logits / row_values([s.params.temperature for s in seqs], logits.device)[:, None]
 
 
 def top_k_top_p(logits: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
     """Keeps each row's top_k tokens, then, of those, the fewest whose probability covers top_p."""
     device, vocab = logits.device, logits.shape[-1]
-    top_k = torch.tensor([s.params.top_k if s.params.top_k > 0 else vocab for s in seqs], device=device)
-    top_p = torch.tensor([s.params.top_p for s in seqs], device=device)
-    if not ((top_k < vocab).any() or (top_p < 1.0).any()):
+    if not any(0 < s.params.top_k < vocab or s.params.top_p < 1.0 for s in seqs):
         return logits
+    top_k = row_values([s.params.top_k if s.params.top_k > 0 else vocab for s in seqs], device)
+    top_p = row_values([s.params.top_p for s in seqs], device)
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     sorted_logits.masked_fill_(torch.arange(vocab, device=device)[None, :] >= top_k[:, None], float("-inf"))
     # Over what top-k kept, a token is dropped once the tokens before it cover top_p.
@@ -92,17 +101,16 @@ def top_k_top_p(logits: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor
 
 def min_p(probs: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
     """On probabilities: drops tokens below min_p times the row's most likely one."""
-    threshold = torch.tensor([s.params.min_p for s in seqs], device=probs.device)
-    if not (threshold > 0).any():
+    if not any(s.params.min_p > 0 for s in seqs):
         return probs
+    threshold = row_values([s.params.min_p for s in seqs], probs.device)
     return probs.masked_fill(probs < threshold[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0)
 
 
 def _token_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
     width = max((len(t) for t in token_lists), default=0)
-    padded = torch.tensor([t + [vocab] * (width - len(t)) for t in token_lists], dtype=torch.long, device=device).view(
-        len(token_lists), width
-    )
+    padded = row_values([t + [vocab] * (width - len(t)) for t in token_lists], device, torch.long)
+    padded = padded.view(len(token_lists), width)
     counts = torch.zeros(len(token_lists), vocab + 1, device=device)
     counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=counts.dtype))
     return counts[:, :vocab]

@@ -4,6 +4,10 @@ then, for sampled rows, the transforms and a draw. Only seeded rows draw their n
 one, from their own generator, which is what makes a seeded request's output independent of
 whatever else shares the batch.
 
+On a GPU a step waits for the device once: every result (tokens, whether each had a chance,
+log-probabilities) comes back to the host in one copy, and seeded noise is drawn on the device
+by each sequence's own device generator.
+
 A failure belongs to the rows it comes from: when the batch fails, each row is sampled alone
 (its generator first put back), and only a row that fails alone, or whose logits leave no token
 to choose, reports an error; the others keep their tokens."""
@@ -23,6 +27,7 @@ from argosy.server.worker.logits_processors import (
     MinTokens,
     Penalties,
     min_p,
+    row_values,
     temperature,
     top_k_top_p,
 )
@@ -85,12 +90,13 @@ class Sampler:
         # A greedy row's choice is usable if its logit is finite; a sampled row's, if it had a chance.
         usable = logits.gather(1, tokens[:, None]).view(-1).isfinite()
         if sampled:
-            rows = torch.tensor(sampled, device=logits.device)
+            rows = row_values(sampled, logits.device, torch.long)
             tokens[rows], usable[rows] = self._draw(logits[rows].float(), [seqs[i] for i in sampled])
-        token_ids, usable_rows = tokens.tolist(), usable.tolist()
-        logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
-        if raw_logprobs is not None:
-            logprobs = _logprobs(raw_logprobs, tokens, seqs, want_logprobs)
+        if raw_logprobs is None:
+            token_ids, usable_rows = torch.stack((tokens, usable.to(tokens.dtype))).tolist()  # the one transfer
+            logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
+        else:
+            token_ids, usable_rows, logprobs = _with_logprobs(raw_logprobs, tokens, usable, seqs, want_logprobs)
         return SamplerOutput(token_ids, logprobs, [None if ok else NO_TOKEN for ok in usable_rows])
 
     def _draw(self, logits: torch.Tensor, seqs: list[SequenceState]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,32 +113,39 @@ class Sampler:
 
 def draw(probs: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
     """One token per row, with probability proportional to `probs` (which need not sum to 1):
-    argmax(p / E) with E ~ Exp(1); a seeded row's noise comes from its own generator."""
+    argmax(p / E) with E ~ Exp(1); a seeded row's noise comes from its own generator, on the
+    device the probabilities are on."""
     noise = torch.empty_like(probs).exponential_()
-    vocab = probs.shape[-1]
     for i, seq in enumerate(seqs):
         if seq.generator is not None:
-            noise[i] = torch.empty(vocab).exponential_(generator=seq.generator).to(probs.device)
+            noise[i].exponential_(generator=seq.generator)
     # A zero draw would turn a dropped token's 0 / 0 into NaN, which argmax picks.
     return (probs / noise.clamp_min_(1e-20)).argmax(dim=-1)
 
 
-def _logprobs(
-    raw: torch.Tensor, tokens: torch.Tensor, seqs: list[SequenceState], wanted: list[bool]
-) -> list[TokenLogprobs | None]:
+def _with_logprobs(
+    raw: torch.Tensor, tokens: torch.Tensor, usable: torch.Tensor, seqs: list[SequenceState], wanted: list[bool]
+) -> tuple[list[int], list[bool], list[TokenLogprobs | None]]:
+    """Tokens, usability and log-probabilities, brought to the host in one copy: float64 holds
+    token ids and ranks exactly, and float32 log-probabilities unchanged."""
     k = max((s.params.logprobs or 0) for s in seqs)
-    chosen = raw.gather(1, tokens[:, None]).squeeze(1)
-    ranks = (raw > chosen[:, None]).sum(dim=-1) + 1
+    chosen = raw.gather(1, tokens[:, None])
+    ranks = (raw > chosen).sum(dim=-1, keepdim=True) + 1
     top_values, top_ids = raw.topk(k, dim=-1) if k else (raw[:, :0], tokens[:, None][:, :0])
-    chosen, ranks, top_values, top_ids = chosen.tolist(), ranks.tolist(), top_values.tolist(), top_ids.tolist()
-    result: list[TokenLogprobs | None] = []
-    for i, seq in enumerate(seqs):
-        if not wanted[i]:
-            result.append(None)
+    columns = (tokens[:, None], usable[:, None], chosen, ranks, top_values, top_ids)
+    host = torch.cat([c.to(torch.float64) for c in columns], dim=1).tolist()  # the one transfer
+    token_ids, usable_rows, logprobs = [], [], []
+    for row, seq, want in zip(host, seqs, wanted):
+        token_id = int(row[0])
+        token_ids.append(token_id)
+        usable_rows.append(row[1] != 0)
+        if not want:
+            logprobs.append(None)
             continue
         n = seq.params.logprobs
-        result.append(TokenLogprobs(int(tokens[i]), chosen[i], ranks[i], list(zip(top_ids[i][:n], top_values[i][:n]))))
-    return result
+        top = [(int(i), v) for v, i in zip(row[4 : 4 + n], row[4 + k : 4 + k + n])]
+        logprobs.append(TokenLogprobs(token_id, row[2], int(row[3]), top))
+    return token_ids, usable_rows, logprobs
 
 
 ARGMAX_CHUNK = 1024

@@ -10,6 +10,8 @@ import torch
 from argosy.server.executor.plan import NewSequence, StepPlan
 from argosy.server.sampling_params import SamplingParams
 
+CPU = torch.device("cpu")
+
 
 class SequenceState:
     __slots__ = (
@@ -22,14 +24,22 @@ class SequenceState:
         "request_id",
     )
 
-    def __init__(self, request_id: str, params: SamplingParams, prompt_token_ids: list[int], seed: int | None):
+    def __init__(
+        self,
+        request_id: str,
+        params: SamplingParams,
+        prompt_token_ids: list[int],
+        seed: int | None,
+        device: torch.device = CPU,
+    ):
         self.request_id, self.params = request_id, params
         self.penalized = params.has_penalties  # read for every row at every step
         self.prompt_token_ids = prompt_token_ids
         self.output_token_ids: list[int] = []
         self.block_table: list[int] = []
-        # Each sequence draws from its own stream, as in vLLM: the request's seed + its index.
-        self.generator = None if seed is None else torch.Generator().manual_seed(seed)
+        # Each sequence draws from its own stream, as in vLLM: the request's seed + its index. The
+        # generator lives where the logits do, so that its noise is drawn there.
+        self.generator = None if seed is None else torch.Generator(device).manual_seed(seed)
 
     @property
     def num_output_tokens(self) -> int:
@@ -38,6 +48,10 @@ class SequenceState:
 
 class SequenceStates(dict[int, SequenceState]):
     """Every sequence the device side knows, by id."""
+
+    def __init__(self, device: torch.device = CPU):
+        super().__init__()
+        self.device = device
 
     def apply(self, plan: StepPlan) -> None:
         """Takes in what the plan says changed before its step runs."""
@@ -54,4 +68,4 @@ class SequenceStates(dict[int, SequenceState]):
 
     def _state(self, new: NewSequence) -> SequenceState:
         prompt = new.prompt_token_ids if new.fork_of is None else self[new.fork_of].prompt_token_ids
-        return SequenceState(new.request_id, new.params, prompt, new.seed)
+        return SequenceState(new.request_id, new.params, prompt, new.seed, self.device)

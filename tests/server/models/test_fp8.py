@@ -221,3 +221,32 @@ def test_default_model_in_fp8_answers_paris():
         [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
     )[0].outputs[0]
     assert "Paris" in out.text
+
+
+@pytest.mark.parametrize("rows", [1, 3, 255, 256, 257])
+def test_the_activation_scale_sits_in_a_buffer_of_whole_row_tiles(rows):
+    """What the row-wise FP8 kernel may read past M (older torch releases read a 256-row tile of
+    scales at a time) is the padding of our own buffer, never memory beyond it."""
+    scale = torch.rand(rows, 1) + 0.5
+    padded = fp8.rows_scale_padded(scale)
+    assert padded.shape == (rows, 1) and torch.equal(padded, scale)
+    storage_rows = padded.untyped_storage().nbytes() // padded.element_size()
+    assert storage_rows % fp8.SCALE_ROWS == 0 and storage_rows >= rows
+    whole = torch.empty(0).set_(padded.untyped_storage()).view(-1)
+    assert torch.equal(whole[rows:], torch.ones(storage_rows - rows))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not fp8.fp8_gemm_supported(torch.device("cuda")),
+                    reason="the FP8 matmul itself needs a GPU of compute capability 8.9 or more")  # fmt: skip
+@pytest.mark.parametrize("rows", [1, 3, 255, 257])
+def test_fp8_products_of_any_row_count_match_the_dequantized_product_on_the_gpu(rows):
+    torch.manual_seed(4)
+    linear = nn.Linear(256, 512, bias=False).to(torch.bfloat16).cuda()
+    layer = fp8_linear(linear)
+    assert layer.use_fp8_gemm
+    x = torch.randn(rows, 256, dtype=torch.bfloat16, device="cuda")
+    expected = nn.functional.linear(x.float(), layer.dequantized_weight(torch.float32))
+    out = layer(x).float()
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all()
+    assert rel_rms(out, expected) < 2**-4  # e4m3 activations: a few percent at most

@@ -166,3 +166,31 @@ def test_rows_whose_logits_leave_no_token_to_choose_fail_alone(kernel):
         out = Sampler((EOS,))(logits, seqs)
     assert out.errors == [None, NO_TOKEN, NO_TOKEN, NO_TOKEN, None]
     assert out.token_ids[0] == int(logits[0].float().argmax())
+
+
+def test_a_sampling_step_brings_results_to_the_host_once(monkeypatch):
+    """On a GPU each read of a device value on the host waits for the device. One step of a
+    batch that asks for everything (penalties, min_tokens, seeds, top-k/p, min-p, logprobs) reads
+    once: here, on CPU, every read of a tensor's value is counted."""
+    reads: list[str] = []
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "__index__", "numpy"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            reads.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    logits = torch.randn(5, 4096, generator=torch.Generator().manual_seed(3)).bfloat16()
+    seqs = [
+        seq(temperature=0),
+        seq(temperature=0, repetition_penalty=1.3, outputs=[5, 6]),
+        seq(seed=1, top_k=20, top_p=0.9, logprobs=3),
+        seq(seed=2, min_p=0.1, min_tokens=4),
+        seq(temperature=0.7, logprobs=0),
+    ]
+    out = Sampler((EOS,))(logits, seqs)
+    assert reads == ["tolist"] and len(out.token_ids) == 5 and out.logprobs[2] is not None
+    reads.clear()
+    Sampler((EOS,))(logits, seqs[:2])  # without logprobs, too
+    assert reads == ["tolist"]
