@@ -5,7 +5,11 @@ whole group of query heads (GQA), whose queries are the rows of one matrix produ
 context is split across programs so that a small batch still fills the GPU; each split
 leaves a partial output and its log-sum-exp, and a reduction kernel combines them (a single
 split writes its output directly). Keys are reached through the block table token by token
-(block id, then offset), so any block size works and a tile may span several blocks."""
+(block id, then offset), so any block size works and a tile may span several blocks.
+
+Nothing that changes from step to step is a compile-time constant or a specialised argument:
+the number of splits and the block table's row stride are plain runtime values, so one compiled
+variant per model serves every batch, and no kernel compiles while requests wait."""
 
 from __future__ import annotations
 
@@ -16,15 +20,17 @@ from argosy.kernels.triton_runtime import rounded, tl, triton
 
 BLOCK_N = 64  # keys per iteration
 MIN_TOKENS_PER_SPLIT = 256  # below this a split's fixed cost outweighs the parallelism it adds
+MAX_SPLITS = 64  # the reduction's compile-time width; more would not shorten any step much
+VARYING = ["stride_table", "num_splits"]  # runtime values Triton must not specialise on
 
 
-@triton.jit
+@triton.jit(do_not_specialize=VARYING)
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
     part_out_ptr, part_lse_ptr, out_ptr, scale,
-    stride_q_tok, stride_q_head, stride_out_tok, stride_slot, stride_kv_head, stride_table, block_size,
+    stride_q_tok, stride_q_head, stride_out_tok, stride_slot, stride_kv_head, stride_table, num_splits,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
-    NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     i = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -32,7 +38,7 @@ def _decode_split_kernel(
     seq = tl.load(seqs_ptr + i).to(tl.int64)
     token = tl.load(tokens_ptr + i).to(tl.int64)
     seq_len = tl.load(seq_lens_ptr + seq)
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
 
@@ -52,37 +58,37 @@ def _decode_split_kernel(
     table_ptr = block_tables_ptr + seq * stride_table
     for n0 in range(start, end, BLOCK_N):
         s, v, _ = tile_scores(
-            q, k_cache_ptr, v_cache_ptr, table_ptr, block_size, n0, end, kv_head, stride_slot, stride_kv_head,
-            offs_d, d_mask, scale, BLOCK_N, COMPUTE, PRECISION,
+            q, k_cache_ptr, v_cache_ptr, table_ptr, n0, end, kv_head, stride_slot, stride_kv_head,
+            offs_d, d_mask, scale, BLOCK_SIZE, BLOCK_N, COMPUTE, PRECISION,
         )  # fmt: skip
         m, denom, acc = softmax_step(s, v, m, denom, acc, COMPUTE, PRECISION)
     # An empty split (a context shorter than the splits) leaves denom == 0: weight zero below.
     has_keys = denom > 0
     out = acc / tl.where(has_keys, denom, 1.0)[:, None]
     out_mask = g_mask[:, None] & d_mask[None, :]
-    if NUM_SPLITS == 1:  # nothing to combine: the final output, without the reduction kernel
+    if num_splits == 1:  # nothing to combine: the final output, without the reduction kernel
         dst = out_ptr + token * stride_out_tok + heads[:, None] * HEAD_DIM + offs_d[None, :]
         tl.store(dst, rounded(out, out_ptr.dtype.element_ty), mask=out_mask)
     else:
         lse = tl.where(has_keys, m + tl.log(tl.where(has_keys, denom, 1.0)), float("-inf"))
-        row = (i * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split
+        row = (i * GROUP * tl.num_programs(1) + heads) * num_splits + split
         tl.store(part_out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=out_mask)
         tl.store(part_lse_ptr + row, lse, mask=g_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _decode_reduce_kernel(
-    part_out_ptr, part_lse_ptr, out_ptr, tokens_ptr, stride_out_tok,
-    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
+    part_out_ptr, part_lse_ptr, out_ptr, tokens_ptr, stride_out_tok, num_splits,
+    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):  # fmt: skip
     i = tl.program_id(0)
     head = tl.program_id(1)
     token = tl.load(tokens_ptr + i).to(tl.int64)
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, D_PAD)
-    s_mask = offs_s < NUM_SPLITS
+    s_mask = offs_s < num_splits
     d_mask = offs_d < HEAD_DIM
-    rows = (i * tl.num_programs(1) + head) * NUM_SPLITS + offs_s
+    rows = (i * tl.num_programs(1) + head) * num_splits + offs_s
     lse = tl.load(part_lse_ptr + rows, mask=s_mask, other=float("-inf"))
     weight = tl.exp(lse - tl.max(lse, 0))
     parts = tl.load(
@@ -99,7 +105,24 @@ def num_splits_for(num_seqs: int, kv_heads: int, max_seq_len: int, target_progra
     few variants compile."""
     by_length = max(1, max_seq_len // MIN_TOKENS_PER_SPLIT)
     by_occupancy = -(-target_programs // max(1, num_seqs * kv_heads))
-    return 1 << (min(by_length, by_occupancy).bit_length() - 1)
+    return 1 << (min(by_length, by_occupancy, MAX_SPLITS).bit_length() - 1)
+
+
+def split_constexprs(num_heads: int, kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype) -> dict:
+    """The split kernel's compile-time constants: one set per model and engine."""
+    group, d_pad = num_heads // kv_heads, max(16, triton.next_power_of_2(head_dim))
+    compute, precision = compute_dtypes(dtype)
+    return dict(
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        D_PAD=d_pad, BLOCK_SIZE=block_size, COMPUTE=compute, PRECISION=precision,
+        # With four warps, or wider tiles of 256-wide heads, a tile's keys, values and scores
+        # spill registers (ptxas for sm_90).
+        BLOCK_N=BLOCK_N if d_pad < 256 else BLOCK_N // (4 if dtype == torch.float32 else 2), num_warps=8,
+    )  # fmt: skip
+
+
+def reduce_constexprs(head_dim: int) -> dict:
+    return dict(HEAD_DIM=head_dim, D_PAD=max(16, triton.next_power_of_2(head_dim)), SPLITS_PAD=MAX_SPLITS)
 
 
 def decode_attention(
@@ -122,22 +145,16 @@ def decode_attention(
         return
     _, num_heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
-    group = num_heads // kv_heads
     parts = n * num_heads * num_splits if num_splits > 1 else 1  # one split writes out directly
     part_out = torch.empty(parts, head_dim, dtype=torch.float32, device=q.device)
     part_lse = torch.empty(parts, dtype=torch.float32, device=q.device)
-    d_pad = max(16, triton.next_power_of_2(head_dim))
-    compute, precision = compute_dtypes(k_cache.dtype)
     _decode_split_kernel[(n, kv_heads, num_splits)](
         q, k_cache, v_cache, block_tables, seq_lens, seqs, tokens, part_out, part_lse, out, scale,
         q.stride(0), q.stride(1), out.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        block_size,
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, D_PAD=d_pad,
-        NUM_SPLITS=num_splits, BLOCK_N=BLOCK_N, COMPUTE=compute, PRECISION=precision,
+        num_splits, **split_constexprs(num_heads, kv_heads, head_dim, block_size, k_cache.dtype),
     )  # fmt: skip
     if num_splits == 1:
         return
     _decode_reduce_kernel[(n, num_heads)](
-        part_out, part_lse, out, tokens, out.stride(0),
-        HEAD_DIM=head_dim, D_PAD=d_pad, NUM_SPLITS=num_splits, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
-    )  # fmt: skip
+        part_out, part_lse, out, tokens, out.stride(0), num_splits, **reduce_constexprs(head_dim)
+    )

@@ -5,7 +5,8 @@ sequence with q_len new tokens and seq_len cached keys sits at position seq_len 
 sees every key up to it. All keys, the chunk's own included, are read from the paged cache
 (the chunk's K/V are written first), so a cached prefix and the new tokens are one loop.
 One program per (sequence, query head, tile of BLOCK_M query rows); tiles past a sequence's
-end run no iterations and store nothing."""
+end run no iterations and store nothing. The block table's row stride (the padded width of an
+eager step's tables) is not specialised on, so one compiled variant serves every step."""
 
 from __future__ import annotations
 
@@ -14,15 +15,12 @@ import torch
 from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
 from argosy.kernels.triton_runtime import rounded, tl, triton
 
-BLOCK_M = 64
-BLOCK_N = 64
 
-
-@triton.jit
+@triton.jit(do_not_specialize=["stride_table"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr, seqs_ptr,
-    scale, stride_q_tok, stride_q_head, stride_out_tok, stride_slot, stride_kv_head, stride_table, block_size,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
+    scale, stride_q_tok, stride_q_head, stride_out_tok, stride_slot, stride_kv_head, stride_table,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.load(seqs_ptr + tl.program_id(0)).to(tl.int64)
@@ -53,8 +51,8 @@ def _prefill_kernel(
     table_ptr = block_tables_ptr + seq * stride_table
     for n0 in range(0, end, BLOCK_N):
         s, v, offs_n = tile_scores(
-            q, k_cache_ptr, v_cache_ptr, table_ptr, block_size, n0, end, kv_head, stride_slot, stride_kv_head,
-            offs_d, d_mask, scale, BLOCK_N, COMPUTE, PRECISION,
+            q, k_cache_ptr, v_cache_ptr, table_ptr, n0, end, kv_head, stride_slot, stride_kv_head,
+            offs_d, d_mask, scale, BLOCK_SIZE, BLOCK_N, COMPUTE, PRECISION,
         )  # fmt: skip
         # Causal: every row sees key 0 on the first tile, so its running maximum is finite.
         s = tl.where(offs_n[None, :] <= q_pos[:, None], s, float("-inf"))
@@ -62,6 +60,25 @@ def _prefill_kernel(
     out = acc / tl.where(denom > 0, denom, 1.0)[:, None]
     dst = out_ptr + rows[:, None] * stride_out_tok + head * HEAD_DIM + offs_d[None, :]
     tl.store(dst, rounded(out, out_ptr.dtype.element_ty), mask=m_mask[:, None] & d_mask[None, :])
+
+
+# (rows, keys) of a tile, by (head dim padded to 256 or more, float32 cache): at eight warps the
+# largest that keep a tile's scores and accumulator in registers (ptxas for sm_90, no spills).
+TILES = {(False, False): (64, 64), (True, False): (32, 16), (False, True): (32, 32), (True, True): (16, 16)}
+
+
+def prefill_constexprs(num_heads: int, kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype) -> dict:
+    """The kernel's compile-time constants and launch options: one set per model and engine."""
+    compute, precision = compute_dtypes(dtype)
+    d_pad = max(16, triton.next_power_of_2(head_dim))
+    wide, exact = d_pad >= 256, dtype == torch.float32
+    block_m, block_n = TILES[wide, exact]
+    return dict(
+        GROUP=num_heads // kv_heads, HEAD_DIM=head_dim, D_PAD=d_pad, BLOCK_SIZE=block_size,
+        BLOCK_M=block_m, BLOCK_N=block_n, COMPUTE=compute, PRECISION=precision, num_warps=8,
+        # Float32 K/V tiles, triple-buffered, crowd shared memory; 256-wide ones, registers.
+        num_stages=2 if exact or wide else 3,
+    )  # fmt: skip
 
 
 def prefill_attention(
@@ -83,12 +100,9 @@ def prefill_attention(
         return
     _, num_heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
-    compute, precision = compute_dtypes(k_cache.dtype)
-    _prefill_kernel[(len(seqs), num_heads, triton.cdiv(max_q_len, BLOCK_M))](
+    constexprs = prefill_constexprs(num_heads, kv_heads, head_dim, block_size, k_cache.dtype)
+    _prefill_kernel[(len(seqs), num_heads, triton.cdiv(max_q_len, constexprs["BLOCK_M"]))](
         q, k_cache, v_cache, out, block_tables, seq_lens, query_start_loc, seqs,
         scale, q.stride(0), q.stride(1), out.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), block_size,
-        GROUP=num_heads // kv_heads, HEAD_DIM=head_dim, D_PAD=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, COMPUTE=compute, PRECISION=precision,
-        num_stages=2 if compute == tl.float32 else 3,  # float32 K/V tiles, triple-buffered, crowd shared memory
+        block_tables.stride(0), **constexprs,
     )  # fmt: skip

@@ -55,14 +55,17 @@ def _copy_blocks_kernel(cache_ptr, src_ptr, dst_ptr, stride_plane, BLOCK_ELEMS: 
     for start in range(0, BLOCK_ELEMS, CHUNK):
         offs = start + tl.arange(0, CHUNK)
         mask = offs < BLOCK_ELEMS
-        tl.store(base + dst * BLOCK_ELEMS + offs, tl.load(base + src * BLOCK_ELEMS + offs, mask=mask), mask=mask)
+        # Each whole offset in int64: a block id times its size overflows int32 in a large cache.
+        tl.store(base + (dst * BLOCK_ELEMS + offs), tl.load(base + (src * BLOCK_ELEMS + offs), mask=mask), mask=mask)
+
+
+def copy_constexprs(block_elems: int) -> dict:
+    return dict(BLOCK_ELEMS=block_elems, CHUNK=min(4096, triton.next_power_of_2(block_elems)), num_warps=8)
 
 
 def copy_blocks(kv_cache: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
     """kv_cache: [layers, 2, blocks, block_size, kv_heads, head_dim], contiguous."""
     layers, two = kv_cache.shape[:2]
-    block_elems = kv_cache[0, 0, 0].numel()
-    chunk = min(4096, triton.next_power_of_2(block_elems))
     _copy_blocks_kernel[(len(src), layers * two)](
-        kv_cache, src, dst, kv_cache.stride(1), BLOCK_ELEMS=block_elems, CHUNK=chunk
+        kv_cache, src, dst, kv_cache.stride(1), **copy_constexprs(kv_cache[0, 0, 0].numel())
     )

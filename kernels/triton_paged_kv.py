@@ -10,16 +10,19 @@ from argosy.kernels.triton_runtime import INTERPRETED, tl, triton
 
 @triton.jit
 def tile_scores(
-    q, k_cache_ptr, v_cache_ptr, table_ptr, block_size, n0, end, kv_head, stride_slot, stride_kv_head,
-    offs_d, d_mask, scale, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    q, k_cache_ptr, v_cache_ptr, table_ptr, n0, end, kv_head, stride_slot, stride_kv_head,
+    offs_d, d_mask, scale, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, COMPUTE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """Scores of the queries q against the keys at positions n0 .. n0 + BLOCK_N of one sequence
     (table_ptr: its block table), -inf from `end` on, with the tile's values and positions.
-    Each key is found by block id, then slot in the block: a tile may span blocks of any size."""
+    Each key is found by block id, then slot in the block: a tile may span blocks of any size.
+    The block size is a compile-time constant (one per engine): a division by a runtime block
+    size takes 64-bit division code that spills registers."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     n_mask = offs_n < end
-    block = tl.load(table_ptr + offs_n // block_size, mask=n_mask, other=0)
-    slot = block.to(tl.int64) * block_size + offs_n % block_size
+    block = tl.load(table_ptr + offs_n // BLOCK_SIZE, mask=n_mask, other=0)
+    slot = block.to(tl.int64) * BLOCK_SIZE + offs_n % BLOCK_SIZE
     offs = slot[:, None] * stride_slot + kv_head * stride_kv_head + offs_d[None, :]
     mask = n_mask[:, None] & d_mask[None, :]
     k = tl.load(k_cache_ptr + offs, mask=mask, other=0.0).to(COMPUTE)

@@ -11,7 +11,8 @@ import torch
 
 from argosy.kernels.interpreter import use_interpreter_without_cuda
 
-if "triton" in sys.modules and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+# TRITON_INTERPRET=0, set on purpose, compiles without a device (ahead-of-time checks) and launches nothing.
+if "triton" in sys.modules and not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") not in ("0", "1"):
     raise RuntimeError(
         "Triton was imported before Argosy could select its interpreter, and there is no CUDA device; "
         "set TRITON_INTERPRET=1 in the environment, or use --attention-backend torch"
