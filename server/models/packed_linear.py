@@ -11,12 +11,15 @@ from argosy.server.models.linear import Linear
 
 
 def packing_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    return (
-        device.type == "cpu"
-        and dtype in (torch.bfloat16, torch.float16)
-        and torch.backends.mkldnn.is_available()
-        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-    )
+    """On CPUs whose oneDNN has reduced-precision products of this dtype: a CPU without them
+    (AVX2 alone) refuses the reorder at load."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return False
+    if dtype == torch.bfloat16:
+        return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return dtype == torch.float16 and torch.ops.mkldnn._is_mkldnn_fp16_supported()
 
 
 class PackedLinear(Linear):
