@@ -24,6 +24,7 @@ from argosy.server.models.fp8 import linear_weight_bytes
 from argosy.server.models.linear import process_weights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.model_config import ModelConfig, RopeConfig
+from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs
 from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
 
@@ -129,8 +130,12 @@ def step_rows(shape, device, dtype, batches, context, iters, backend_name) -> No
         for batch in batches:
             rng = random.Random(batch)
             tables = [list(range(i * blocks_per_seq, (i + 1) * blocks_per_seq)) for i in range(batch)]
-            chunks = [SequenceChunk([rng.randrange(cfg.vocab_size)], context, table, True) for table in tables]
-            eager, graphed, diff = time_step(model, backend, graphs, kv_cache, chunks, device, iters)
+            chunks = [
+                SequenceChunk([rng.randrange(cfg.vocab_size)], context, table, True, row)
+                for row, table in enumerate(tables)
+            ]
+            block_tables = BlockTables.of(tables, device)
+            eager, graphed, diff = time_step(model, backend, graphs, kv_cache, chunks, block_tables, device, iters)
             ms = f"{eager * 1e3:.2f} | {graphed * 1e3:.2f}"
             print(f"| {weights} | {gib:.2f} | {batch} | {ms} | {eager / graphed:.2f}x | {diff:.3g} |")
         graphs = None  # its memory pool goes before the next capture
@@ -153,17 +158,17 @@ def fp8_product_error(layer, width: int, device, dtype) -> float:
 
 
 @torch.inference_mode()
-def time_step(model, backend, graphs, kv_cache, chunks, device, iters) -> tuple[float, float, float]:
+def time_step(model, backend, graphs, kv_cache, chunks, tables, device, iters) -> tuple[float, float, float]:
     """Seconds per decode step, eager and through the graphs, host-side input building included,
     and how far apart their logits are: rounding only (a graph may split long contexts
     differently, as it is sized for max_model_len)."""
 
     def eager():
-        inputs = prepare_inputs(chunks, BLOCK_SIZE, device, backend)
+        inputs = prepare_inputs(chunks, BLOCK_SIZE, device, backend, tables)
         return model.compute_logits(model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention))
 
     def graphed():
-        return model.compute_logits(graphs.run(chunks))
+        return model.compute_logits(graphs.run(chunks, tables))
 
     diff = float((eager() - graphed()).abs().max())
     return timed(eager, device, iters), timed(graphed, device, iters), diff

@@ -17,6 +17,7 @@ import torch
 
 from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
 from argosy.kernels.triton_runtime import rounded, tl, triton
+from argosy.kernels.triton_variants import launched
 
 BLOCK_N = 64  # keys per iteration
 MIN_TOKENS_PER_SPLIT = 256  # below this a split's fixed cost outweighs the parallelism it adds
@@ -24,6 +25,7 @@ MAX_SPLITS = 64  # the reduction's compile-time width; more would not shorten an
 VARYING = ["stride_table", "num_splits"]  # runtime values Triton must not specialise on
 
 
+@launched
 @triton.jit(do_not_specialize=VARYING)
 def _decode_split_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, seqs_ptr, tokens_ptr,
@@ -76,6 +78,7 @@ def _decode_split_kernel(
         tl.store(part_lse_ptr + row, lse, mask=g_mask)
 
 
+@launched
 @triton.jit(do_not_specialize=["num_splits"])
 def _decode_reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, tokens_ptr, stride_out_tok, num_splits,

@@ -14,8 +14,10 @@ import torch
 
 from argosy.kernels.triton_paged_kv import compute_dtypes, softmax_step, tile_scores
 from argosy.kernels.triton_runtime import rounded, tl, triton
+from argosy.kernels.triton_variants import launched
 
 
+@launched
 @triton.jit(do_not_specialize=["stride_table"])
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, out_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr, seqs_ptr,

@@ -11,6 +11,7 @@ import torch
 
 from argosy.kernels.elementwise import LayerKernels
 from argosy.kernels.triton_runtime import rounded, tl, triton
+from argosy.kernels.triton_variants import launched
 
 SILU_BLOCK = 1024  # columns per program: a wide MLP (I of 14336 and more) spreads over several
 
@@ -20,6 +21,7 @@ def _num_warps(block: int) -> int:
     return min(max(block // 256, 1), 8)
 
 
+@launched
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, eps,
@@ -93,6 +95,7 @@ def _rotate_heads(
     tl.store(dst + HALF, rounded(x2 * c2[None, :] + x1 * s2[None, :], ty), mask=mask)
 
 
+@launched
 @triton.jit
 def _rotary_kernel(
     positions_ptr, q_ptr, k_ptr, cos_ptr, sin_ptr, q_out_ptr, k_out_ptr, max_position,
@@ -149,6 +152,7 @@ def rotary(
     return q_out, k_out
 
 
+@launched
 @triton.jit
 def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x_row, INTER: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import torch
 
 from argosy.kernels.triton_runtime import tl, triton
+from argosy.kernels.triton_variants import launched
 
 
+@launched
 @triton.jit
 def _write_kv_kernel(
     k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_mapping_ptr,
@@ -45,6 +47,7 @@ def write_kv(
     )  # fmt: skip
 
 
+@launched
 @triton.jit
 def _copy_blocks_kernel(cache_ptr, src_ptr, dst_ptr, stride_plane, BLOCK_ELEMS: tl.constexpr, CHUNK: tl.constexpr):
     pair = tl.program_id(0)

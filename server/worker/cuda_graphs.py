@@ -20,6 +20,7 @@ import torch
 
 from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.engine_config import EngineConfig
+from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.step_inputs import SequenceChunk, StaticInputs, host_inputs
 
 
@@ -83,11 +84,12 @@ class DecodeGraphs:
     def fits(self, chunks: list[SequenceChunk]) -> bool:
         return len(chunks) <= self.sizes[-1] and all(len(chunk.token_ids) == 1 for chunk in chunks)
 
-    def run(self, chunks: list[SequenceChunk]) -> torch.Tensor:
-        """The final hidden states of a decode batch, one row per chunk."""
+    def run(self, chunks: list[SequenceChunk], tables: BlockTables) -> torch.Tensor:
+        """The final hidden states of a decode batch, one row per chunk; `tables` holds their
+        block tables at their table_row."""
         n = len(chunks)
         size = self.sizes[bisect.bisect_left(self.sizes, n)]
-        self.inputs.fill(host_inputs(chunks, self.block_size), size)
+        self.inputs.fill(host_inputs(chunks, self.block_size), tables, size)
         entry = self.captured[size]
         if entry.graph is None:
             # The twin: an eager call on the static buffers, with the captured metadata where a

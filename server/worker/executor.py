@@ -1,7 +1,8 @@
 """InProcessExecutor: the device side in the engine core's own process. At start it loads the
-model, profiles the largest step, sizes and allocates the KV cache, and captures the CUDA
-graphs; each step it takes the plan's changes into the sequences' states, runs the forward
-pass, samples the rows the plan names and keeps what it sampled."""
+model, profiles the largest step, sizes and allocates the KV cache, warms every kernel variant
+and captures the CUDA graphs; each step it takes the plan's changes into the sequences' states,
+runs the forward pass, samples the rows the plan names and keeps what it sampled. A Triton
+kernel that compiles after start-up (a variant the warm-up missed) is logged as the stall it is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 
 import torch
 
+from argosy.kernels.triton_variants import CompiledVariants
 from argosy.server.engine_config import EngineConfig, EngineLimits
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.models.model_config import ModelConfig
@@ -27,9 +29,11 @@ class InProcessExecutor:
     def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]):
         self.config, self.model_config, self.limits = config, model, limits
         self.sampler = Sampler(eos_token_ids)
-        self.states = SequenceStates(resolve_device(config))
+        self.states = SequenceStates(-(-limits.max_model_len // config.block_size), resolve_device(config))
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
+        self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
+        self.warmed: int | None = None  # how many variants existed once start-up was done
 
     def start(self) -> DeviceReady:
         config, limits = self.config, self.limits
@@ -47,8 +51,12 @@ class InProcessExecutor:
         num_blocks = num_kv_blocks(budget, block_bytes, limits.max_model_len, config.block_size, reserved)
         runner.allocate_kv_cache(num_blocks)
         clock.lap("kv_cache")
+        runner.warm_up()
+        clock.lap("warmup")
         graph_sizes = runner.capture_graphs()
         clock.lap("graphs")
+        self.variants = runner.compiled_variants()
+        self.warmed = None if self.variants is None else self.variants.count()
         report = self.report = StartupReport(
             str(device),
             runner.backend.name,
@@ -58,6 +66,7 @@ class InProcessExecutor:
             tensor_bytes(runner.model),
             (num_blocks + reserved) * block_bytes,
             clock.seconds,
+            self.warmed,
         )
         log.info(report.line())
         return DeviceReady(num_blocks, report.line())
@@ -65,8 +74,13 @@ class InProcessExecutor:
     def execute(self, plan: StepPlan) -> StepResult:
         states = self.states
         states.apply(plan)
-        chunks = [SequenceChunk(c.token_ids, c.start, states[c.seq_id].block_table, c.sample) for c in plan.chunks]
-        logits = self.runner.execute(chunks, plan.block_copies)
+        chunks = []
+        for c in plan.chunks:
+            state = states[c.seq_id]
+            chunks.append(SequenceChunk(c.token_ids, c.start, state.block_table, c.sample, state.table_row))
+        logits = self.runner.execute(chunks, plan.block_copies, states.tables)
+        if self.variants is not None and self.variants.count() != self.warmed:
+            self._compiled_while_serving()
         if not plan.samples:  # only partial prefill chunks ran
             return StepResult([], [], [])
         seqs = [states[s.seq_id] for s in plan.samples]
@@ -78,6 +92,14 @@ class InProcessExecutor:
                 seq.output_token_ids.append(token_id)
         token_ids = [[token_id] for token_id in sampled.token_ids]
         return StepResult(token_ids, [None if lp is None else [lp] for lp in sampled.logprobs], sampled.errors)
+
+    def _compiled_while_serving(self) -> None:
+        self.warmed = self.variants.count()
+        log.warning(
+            "a Triton kernel compiled a variant the start-up warm-up had not, and every request waited for it "
+            "(variants by kernel: %s); please report this with the engine's settings",
+            self.variants.by_kernel(),
+        )
 
     def check_device(self) -> None:
         self.runner.check_device()

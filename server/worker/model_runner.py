@@ -10,10 +10,12 @@ import dataclasses
 import torch
 
 from argosy.kernels.attention_backend import select_backend
+from argosy.kernels.triton_variants import CompiledVariants
 from argosy.server.engine_config import EngineConfig
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from argosy.server.worker.step_inputs import ModelInputs, SequenceChunk, prepare_inputs
 
@@ -28,7 +30,7 @@ class ModelRunner:
         max_model_len: int,
     ):
         self.cfg, self.dtype, self.device = model_config, dtype, device
-        self.block_size = engine_config.block_size
+        self.block_size, self.max_model_len = engine_config.block_size, max_model_len
         self.backend = select_backend(engine_config.attention_backend, device, model_config.num_kv_heads)
         linears = LinearFactory.for_device(engine_config.quantization, device, dtype)
         self.model = load_model(model_config, dtype, device, max_model_len, self.backend, linears)
@@ -69,6 +71,27 @@ class ModelRunner:
         """num_blocks for the sequences, then the reserved ones."""
         self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
 
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Launches every kernel variant serving can produce, so that none compiles while
+        requests wait (on CUDA a Triton kernel compiles at its first launch of each variant): an
+        eager step of a prefill beside a decode of max_model_len keys (split as far as one
+        decode's context ever is, so the splits' reduction runs too) and a block copy, on the KV
+        cache itself, whose blocks are all free now; the two blocks it writes are zeroed after.
+        Decodes through the graphs are warmed by their capture."""
+        bs, cache = self.block_size, self.kv_cache
+        blocks = [0] * -(-self.max_model_len // bs)  # one block read over and over: any key will do
+        prefill = SequenceChunk([0, 0], 0, blocks, sample=True)
+        decode = SequenceChunk([0], self.max_model_len - 1, blocks, sample=True)
+        self.forward(prepare_inputs([prefill, decode], bs, self.device, self.backend), cache)
+        last = min(1, cache.shape[2] - 1)
+        self.backend.copy_blocks(cache, *(torch.tensor([b], device=self.device) for b in (0, last)))
+        cache[:, :, : last + 1].zero_()
+
+    def compiled_variants(self) -> CompiledVariants | None:
+        """The Triton kernels' variants, where the backend runs them."""
+        return CompiledVariants(self.device) if self.backend.name == "triton" else None
+
     def capture_graphs(self) -> list[int]:
         """The batch sizes captured (none with graphs off)."""
         if self.graphs is None:
@@ -77,19 +100,22 @@ class ModelRunner:
         return self.graphs.sizes
 
     @torch.inference_mode()
-    def execute(self, chunks: list[SequenceChunk], block_copies: list[tuple[int, int]]) -> torch.Tensor:
-        """Makes the block copies, then runs the step; returns logits in the model's dtype (the
-        sampler widens only the rows it must), one row per chunk with `sample`, in order."""
+    def execute(
+        self, chunks: list[SequenceChunk], block_copies: list[tuple[int, int]], tables: BlockTables
+    ) -> torch.Tensor:
+        """Makes the block copies, then runs the step (`tables` holds the chunks' block tables);
+        returns logits in the model's dtype (the sampler widens only the rows it must), one row
+        per chunk with `sample`, in order."""
         if block_copies:
             src, dst = zip(*block_copies)
             self.backend.copy_blocks(
                 self.kv_cache, torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
             )
         if self.graphs is not None and self.graphs.fits(chunks):
-            hidden = self.graphs.run(chunks)
+            hidden = self.graphs.run(chunks, tables)
             rows = torch.tensor([i for i, c in enumerate(chunks) if c.sample], dtype=torch.long, device=self.device)
             return self.model.compute_logits(hidden[rows])
-        return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend), self.kv_cache)
+        return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend, tables), self.kv_cache)
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """What the device side keeps of each sequence between steps, as the step plans describe them:
-its block table, its sampling parameters and seeded generator, and its tokens (penalties read
-them). The engine names a sequence once (NewSequence), sends only the changes of its block
-table, and says when it may be forgotten."""
+its block table (a list on the host, for the new tokens' slots, and a row of the BlockTables on
+the device), its sampling parameters and seeded generator, and its tokens (penalties read them).
+The engine names a sequence once (NewSequence), sends only the changes of its block table, and
+says when it may be forgotten."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from argosy.server.executor.plan import NewSequence, StepPlan
 from argosy.server.sampling_params import SamplingParams
+from argosy.server.worker.block_tables import BlockTables
 
 CPU = torch.device("cpu")
 
@@ -22,6 +24,7 @@ class SequenceState:
         "penalized",
         "prompt_token_ids",
         "request_id",
+        "table_row",
     )
 
     def __init__(
@@ -31,12 +34,14 @@ class SequenceState:
         prompt_token_ids: list[int],
         seed: int | None,
         device: torch.device = CPU,
+        table_row: int = -1,
     ):
         self.request_id, self.params = request_id, params
         self.penalized = params.has_penalties  # read for every row at every step
         self.prompt_token_ids = prompt_token_ids
         self.output_token_ids: list[int] = []
         self.block_table: list[int] = []
+        self.table_row = table_row  # in the device's BlockTables
         # Each sequence draws from its own stream, as in vLLM: the request's seed + its index. The
         # generator lives where the logits do, so that its noise is drawn there.
         self.generator = None if seed is None else torch.Generator(device).manual_seed(seed)
@@ -47,25 +52,31 @@ class SequenceState:
 
 
 class SequenceStates(dict[int, SequenceState]):
-    """Every sequence the device side knows, by id."""
+    """Every sequence the device side knows, by id, and their block tables on the device."""
 
-    def __init__(self, device: torch.device = CPU):
+    def __init__(self, max_blocks_per_seq: int, device: torch.device = CPU):
         super().__init__()
         self.device = device
+        self.tables = BlockTables(max_blocks_per_seq, device)
 
     def apply(self, plan: StepPlan) -> None:
         """Takes in what the plan says changed before its step runs."""
+        tables = self.tables
         for seq_id in plan.finished:
-            self.pop(seq_id, None)
+            state = self.pop(seq_id, None)
+            if state is not None:
+                tables.release(state.table_row)
         for new in plan.new_sequences:
             self[new.seq_id] = self._state(new)
         for chunk in plan.chunks:
             if chunk.blocks is not None:
                 kept, added = chunk.blocks
-                table = self[chunk.seq_id].block_table
-                del table[kept:]
-                table += added
+                state = self[chunk.seq_id]
+                del state.block_table[kept:]
+                state.block_table += added
+                tables.change(state.table_row, kept, added)
+        tables.flush()
 
     def _state(self, new: NewSequence) -> SequenceState:
         prompt = new.prompt_token_ids if new.fork_of is None else self[new.fork_of].prompt_token_ids
-        return SequenceState(new.request_id, new.params, prompt, new.seed, self.device)
+        return SequenceState(new.request_id, new.params, prompt, new.seed, self.device, self.tables.add())

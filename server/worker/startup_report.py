@@ -22,12 +22,14 @@ class StartupReport:
     weight_bytes: int
     kv_cache_bytes: int  # all of the cache tensor, the null block included
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time, in order
+    kernel_variants: int | None = None  # Triton kernel variants compiled (or, interpreted, keyed) by the warm-up
 
     def line(self) -> str:
         graphs = f"{len(self.graph_sizes)} sizes {_ranges(self.graph_sizes)}" if self.graph_sizes else "off"
         phases = ", ".join(f"{name} {secs:.2f}s" for name, secs in self.seconds.items())
+        warmed = "" if self.kernel_variants is None else f" ({self.kernel_variants} kernel variants warmed)"
         return (
-            f"engine ready on {self.device}: attention backend {self.backend}, cuda graphs {graphs}, "
+            f"engine ready on {self.device}: attention backend {self.backend}{warmed}, cuda graphs {graphs}, "
             f"quantization {self.quantization or 'none'}, weights {self.weight_bytes / _MIB:.1f} MiB, "
             f"KV cache {self.kv_blocks} blocks ({self.kv_cache_bytes / _MIB:.1f} MiB); {phases}"
         )

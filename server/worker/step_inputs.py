@@ -3,7 +3,8 @@ each holds and what a padding row holds. `host_inputs` computes every field from
 chunks in one pass on the host; the eager path makes fresh tensors of them (`prepare_inputs`),
 and the CUDA graphs' static buffers are allocated from the same declaration and filled from them
 (`StaticInputs`). A new input (an adapter index per token, draft positions) is a field here and
-a line of host_inputs."""
+a line of host_inputs. The block tables are the one field not built from lists: the device keeps
+every sequence's table (BlockTables), and a step gathers its sequences' rows there."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import msgspec
 import torch
 
 from argosy.kernels.attention_backend import AttentionBackend, AttentionBatch
+from argosy.server.worker.block_tables import BlockTables
 
 
 class SequenceChunk(msgspec.Struct):
@@ -23,8 +25,9 @@ class SequenceChunk(msgspec.Struct):
 
     token_ids: list[int]  # the tokens computed this step
     start: int  # position of the first of them
-    block_table: list[int]
+    block_table: list[int]  # the host's copy, for the new tokens' slots
     sample: bool  # its last token's logits are wanted
+    table_row: int = -1  # its row in the BlockTables the step is given
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ FIELDS = (
     InputField("positions", "token", "zero"),
     InputField("slot_mapping", "token", "null_slot"),  # the cache slot of each token's K/V
     InputField("seq_lens", "sequence", "one"),  # keys in the cache after the step
-    InputField("block_tables", "table", "null_block"),
+    InputField("block_tables", "table", "null_block"),  # gathered from BlockTables, not from lists
 )
 
 
@@ -51,7 +54,8 @@ class HostInputs:
     positions: list[int]
     slot_mapping: list[int]
     seq_lens: list[int]
-    block_tables: list[list[int]]
+    table_rows: list[int]  # each sequence's row in the step's BlockTables
+    table_width: int  # the longest of their tables
     query_start_loc: list[int]  # [seqs + 1]: where each sequence's tokens start in the batch
     q_lens: list[int]  # new tokens per sequence
     logits_rows: list[int]  # the batch index of each sampled chunk's last token
@@ -67,7 +71,8 @@ def host_inputs(chunks: list[SequenceChunk], block_size: int) -> HostInputs:
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
-    query_start_loc, seq_lens, q_lens, logits_rows = [0], [], [], []
+    query_start_loc, seq_lens, q_lens, logits_rows, table_rows = [0], [], [], [], []
+    width = 0
     for chunk in chunks:
         n, start, table = len(chunk.token_ids), chunk.start, chunk.block_table
         token_ids += chunk.token_ids
@@ -80,10 +85,11 @@ def host_inputs(chunks: list[SequenceChunk], block_size: int) -> HostInputs:
         query_start_loc.append(query_start_loc[-1] + n)
         seq_lens.append(start + n)
         q_lens.append(n)
+        table_rows.append(chunk.table_row)
+        width = max(width, len(table))
         if chunk.sample:
             logits_rows.append(query_start_loc[-1] - 1)
-    tables = [chunk.block_table for chunk in chunks]
-    return HostInputs(token_ids, positions, slots, seq_lens, tables, query_start_loc, q_lens, logits_rows)
+    return HostInputs(token_ids, positions, slots, seq_lens, table_rows, width, query_start_loc, q_lens, logits_rows)
 
 
 @dataclass
@@ -95,13 +101,21 @@ class ModelInputs:
 
 
 def prepare_inputs(
-    chunks: list[SequenceChunk], block_size: int, device: torch.device, backend: AttentionBackend
+    chunks: list[SequenceChunk],
+    block_size: int,
+    device: torch.device,
+    backend: AttentionBackend,
+    tables: BlockTables | None = None,
 ) -> ModelInputs:
     """An eager step's inputs: the chunks' new tokens flattened into one batch with no padding,
-    fresh tensors of every field (block tables padded to the longest with block 0), one copy
-    each to the device, and the backend's metadata over them."""
+    fresh tensors of every field, one copy each to the device, the block tables gathered there
+    (as wide as the longest), and the backend's metadata over them. Without `tables` (a scratch
+    step, a test) the chunks' own lists are the tables."""
     host = host_inputs(chunks, block_size)
-    fields = {f.name: _tensor(host, f.name).to(device) for f in FIELDS}
+    if tables is None:
+        tables, host.table_rows = BlockTables.of([c.block_table for c in chunks], device), list(range(len(chunks)))
+    fields = {f.name: _int64(getattr(host, f.name)).to(device) for f in FIELDS if f.per != "table"}
+    fields["block_tables"] = tables.gather(_int64(host.table_rows).to(device), host.table_width)
     batch = AttentionBatch(
         fields["slot_mapping"],
         _int64(host.query_start_loc).to(device),
@@ -122,18 +136,20 @@ class StaticInputs:
     with decodes of the null block (a cache block no sequence owns)."""
 
     def __init__(self, max_seqs: int, max_blocks_per_seq: int, block_size: int, device: torch.device):
-        self.block_size, self.null_block = block_size, 0
+        self.block_size, self.null_block, self.device = block_size, 0, device
         shapes = {"token": (max_seqs,), "sequence": (max_seqs,), "table": (max_seqs, max_blocks_per_seq)}
         self.buffers = {f.name: torch.zeros(shapes[f.per], dtype=torch.long, device=device) for f in FIELDS}
         self.query_start_loc = torch.arange(max_seqs + 1, dtype=torch.long, device=device)
 
-    def fill(self, host: HostInputs, size: int) -> None:
-        """Copies a decode batch's inputs into the first rows; rows up to `size` are padding."""
+    def fill(self, host: HostInputs, tables: BlockTables, size: int) -> None:
+        """Copies a decode batch's inputs into the first rows, its block tables gathered from
+        `tables` on the device; rows up to `size` are padding."""
         n = host.num_seqs
         for f in FIELDS:
-            values = _tensor(host, f.name, pad_block=self.null_block)
-            target = self.buffers[f.name][:n, : values.shape[1]] if f.per == "table" else self.buffers[f.name][:n]
-            target.copy_(values, non_blocking=True)
+            if f.per == "table":
+                tables.gather_into(self.buffers[f.name], _int64(host.table_rows).to(self.device, non_blocking=True))
+            else:
+                self.buffers[f.name][:n].copy_(_int64(getattr(host, f.name)), non_blocking=True)
         self.pad(n, size)
 
     def pad(self, start: int, end: int) -> None:
@@ -161,23 +177,6 @@ class StaticInputs:
         )
 
 
-def _tensor(host: HostInputs, name: str, pad_block: int = 0) -> torch.Tensor:
-    values = getattr(host, name)
-    return _pad(values, pad_block) if name == "block_tables" else _int64(values)
-
-
 def _int64(values: list[int]) -> torch.Tensor:
     # Through an array: three times faster than torch.tensor(list), which inspects every item.
     return torch.frombuffer(array("q", values), dtype=torch.long) if values else torch.empty(0, dtype=torch.long)
-
-
-def _pad(tables: list[list[int]], pad_block: int) -> torch.Tensor:
-    """The tables as one [rows, longest] tensor, short rows filled with `pad_block`."""
-    width = max(len(t) for t in tables)
-    pad = [pad_block] * width
-    flat: list[int] = []  # one flat list converts much faster than a list of lists
-    for t in tables:
-        flat += t
-        if len(t) < width:
-            flat += pad[len(t) :]
-    return _int64(flat).view(len(tables), width)

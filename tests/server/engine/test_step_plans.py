@@ -62,9 +62,13 @@ def test_the_device_side_holds_the_engines_block_tables_and_sequences_at_every_s
     def checked_execute(plan: StepPlan):
         result = execute(plan)
         seqs = {seq.seq_id: seq for request in core.requests.values() for seq in request.seqs}
-        for chunk in plan.chunks:  # the step ran on the engine's tables, exactly
-            assert executor.states[chunk.seq_id].block_table == seqs[chunk.seq_id].block_table
+        states = executor.states
+        for chunk in plan.chunks:  # the step ran on the engine's tables, exactly: on the host and on the device
+            table = seqs[chunk.seq_id].block_table
+            assert states[chunk.seq_id].block_table == table
+            assert states.tables.table[states[chunk.seq_id].table_row, : len(table)].tolist() == table
             seen.add(chunk.seq_id)
+        assert len({state.table_row for state in states.values()}) == len(states)  # a row each
         # The device holds exactly the sequences the engine told it of and has not said are gone.
         assert set(executor.states) == core.planner._known
         return result

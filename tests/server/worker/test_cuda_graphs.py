@@ -45,7 +45,7 @@ def test_graph_twin_gives_the_eager_greedy_tokens(checkpoints, arch, backend):
     assert graphs.sizes == [1, 2, 4, 8] and twin.engine.core.executor.report.graph_sizes == [1, 2, 4, 8]
     batches: list[int] = []
     run = graphs.run
-    graphs.run = lambda chunks: (batches.append(len(chunks)), run(chunks))[1]
+    graphs.run = lambda chunks, tables: (batches.append(len(chunks)), run(chunks, tables))[1]
     for n in (3, 7):  # separate generate calls: the second reuses the buffers the first dirtied
         assert greedy(twin, prompts[:n], max_tokens[:n]) == greedy(eager, prompts[:n], max_tokens[:n])
     assert {3, 5, 6, 7} <= set(batches)  # batches padded to 4 and 8 ran through the runner

@@ -23,7 +23,7 @@ def test_one_line_names_backend_graphs_quantization_memory_and_phases(llama_chec
     assert line == report.line()
     assert "attention backend torch" in line and "cuda graphs 2 sizes [1, 2]" in line
     assert "quantization fp8" in line and f"KV cache {fp8.stats().kv_blocks_total} blocks" in line
-    assert re.search(r"load [\d.]+s, profile [\d.]+s, kv_cache [\d.]+s, graphs [\d.]+s$", line)
+    assert re.search(r"load [\d.]+s, profile [\d.]+s, kv_cache [\d.]+s, warmup [\d.]+s, graphs [\d.]+s$", line)
     bf16 = tiny_llm(llama_checkpoint, device="cpu", dtype="bfloat16").engine.core.executor.report
     assert "cuda graphs off" in bf16.line() and "quantization none" in bf16.line()
     # The decoder's linear weights halve; the embedding, LM head and norms stay bf16.

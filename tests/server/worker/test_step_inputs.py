@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from argosy.kernels.attention_backend import TorchAttention
+from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.step_inputs import FIELDS, SequenceChunk, StaticInputs, host_inputs, prepare_inputs
 
 BLOCK = 4
@@ -37,22 +38,29 @@ def test_block_tables_are_padded_to_the_longest():
 
 def test_graph_buffers_come_from_the_same_fields_and_hold_what_the_eager_inputs_hold():
     """Every declared field has a static buffer; a decode batch copied in holds, row for row, the
-    eager step's values, and the padding rows up to the graph's size decode the null block."""
-    chunks = [
-        SequenceChunk([7], 5, [3, 9], True),
-        SequenceChunk([8], 2, [4], True),
-        SequenceChunk([9], 9, [1, 2, 6], True),
-    ]
+    eager step's values (block tables gathered from the sequences' rows, in any order), and the
+    padding rows up to the graph's size decode the null block."""
+    tables = BlockTables(max_blocks_per_seq=4, device=torch.device("cpu"), rows=4)
+    rows = [tables.add() for _ in range(4)][::-1][:3]  # rows 3, 2, 1: not the batch's order
+    lists = [[3, 9], [4], [1, 2, 6]]
+    for row, table in zip(rows, lists):
+        tables.change(row, 0, table)
+    tables.flush()
+    chunks = [SequenceChunk([7], 5, lists[0], True, rows[0]), SequenceChunk([8], 2, lists[1], True, rows[1]),
+              SequenceChunk([9], 9, lists[2], True, rows[2])]  # fmt: skip
     static = StaticInputs(max_seqs=8, max_blocks_per_seq=4, block_size=BLOCK, device=torch.device("cpu"))
     static.null_block = 11
     assert set(static.buffers) == {f.name for f in FIELDS}
-    static.fill(host_inputs(chunks, BLOCK), size=4)
-    eager = prepare_inputs(chunks, BLOCK, torch.device("cpu"), TorchAttention())
+    static.fill(host_inputs(chunks, BLOCK), tables, size=4)
+    eager = prepare_inputs(chunks, BLOCK, torch.device("cpu"), TorchAttention(), tables)
     assert static.field("input_ids", 3).tolist() == eager.input_ids.tolist()
     assert static.field("positions", 3).tolist() == eager.positions.tolist()
     assert static.field("slot_mapping", 3).tolist() == eager.attention.slot_mapping.tolist()
     assert static.field("seq_lens", 3).tolist() == eager.attention.seq_lens.tolist()
-    assert static.field("block_tables", 3)[:, :3].tolist() == [[3, 9, 11], [4, 11, 11], [1, 2, 6]]
+    # Each row's own entries; past them nothing is read.
+    for i, table in enumerate(lists):
+        assert static.field("block_tables", 3)[i, : len(table)].tolist() == table
+        assert eager.attention.block_tables[i, : len(table)].tolist() == table
     # Row 3 pads the batch up to 4: one key, at the null block's first slot.
     pad = {f.name: static.buffers[f.name][3].tolist() for f in FIELDS}
     assert pad == {"input_ids": 0, "positions": 0, "slot_mapping": 11 * BLOCK, "seq_lens": 1,
