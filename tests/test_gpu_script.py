@@ -1,6 +1,8 @@
 """bench/gpu.sh, the one script of GPU measurements, run in its CPU dry run: every step it takes
-on the GPU (tests, bench/gpu_kernels.py's shape paths, the throughput bench) runs at toy sizes
-and without the packages the GPU machine lacks, so the script works the first time it meets a GPU."""
+on the GPU (bench/gpu_kernels.py's shape paths, the end-to-end decode bench on a random
+checkpoint, the tests, the no-compile-after-start-up check, the throughput bench) runs at toy
+sizes and without the packages the GPU machine lacks, in the order that puts the figures that
+matter most first, so the script works the first time it meets a GPU."""
 
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
     kernels = (tmp_path / "kernels.txt").read_text()
     assert "| batch | context | splits |" in kernels and "| fp8 |" in kernels
     assert "graphs speed-up" in kernels
+    decode = (tmp_path / "decode.txt").read_text()
+    assert "| batch | ms per step | tokens/s | roofline tokens/s | of roofline |" in decode and "| 2 |" in decode
+    assert "== variants: exit 0" in (tmp_path / "variants.txt").read_text()
     throughput = (tmp_path / "throughput.txt").read_text()
     assert "| argosy engine |" in throughput and "| step / products |" in throughput
     assert "== tests: exit 0" in (tmp_path / "tests.txt").read_text()
@@ -49,7 +54,11 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
 def test_the_gpu_tests_need_nothing_the_gpu_machine_lacks(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BLOCKER)
     script = (ROOT / "bench" / "gpu.sh").read_text()
-    tests = re.search(r"GPU_TESTS=\(([^)]*)\)", script).group(1).split()
+    tests = [
+        arg
+        for name in ("GPU_TESTS", "VARIANTS_TEST")
+        for arg in re.search(name + r"=\(([^)]*)\)", script).group(1).split()
+    ]
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     blocked = subprocess.run([sys.executable, "-c", "import pydantic"], env=env, capture_output=True, text=True)
     assert "not on the GPU machine" in blocked.stderr  # the blocker is in force
@@ -63,3 +72,11 @@ def test_the_gpu_tests_need_nothing_the_gpu_machine_lacks(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "error" not in result.stdout.lower()
+
+
+def test_the_figures_that_matter_most_come_first_each_under_its_own_limit():
+    script = (ROOT / "bench" / "gpu.sh").read_text()
+    gpu_run = script[script.index("else\n    step kernels") :]
+    steps = re.findall(r"step (\w+) (\d+) ", gpu_run)
+    assert [name for name, _ in steps] == ["kernels", "decode", "tests", "variants", "throughput"]
+    assert sum(int(limit) for _, limit in steps) <= 8 * 60 - 20  # with the install, within GPU.md's 8 minutes
