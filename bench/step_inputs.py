@@ -38,13 +38,9 @@ def best_seconds(fn, repeats: int) -> float:
 def row(batch: int, context: int, device: torch.device, backend: TritonAttention, repeats: int) -> tuple[float, float]:
     """Milliseconds to build the graph inputs and the eager inputs of `batch` decodes."""
     blocks = context // BLOCK_SIZE
-    tables = BlockTables(blocks, device, rows=batch)
-    chunks = []
-    for i in range(batch):
-        table_row, table = tables.add(), list(range(i * blocks, (i + 1) * blocks))
-        tables.change(table_row, 0, table)
-        chunks.append(SequenceChunk([5], context - 1, table, True, table_row))
-    tables.flush()
+    lists = [list(range(i * blocks, (i + 1) * blocks)) for i in range(batch)]
+    tables = BlockTables.of(lists, device)
+    chunks = [SequenceChunk([5], context - 1, table, True, table_row) for table_row, table in enumerate(lists)]
     static = StaticInputs(batch, blocks, BLOCK_SIZE, device)
 
     def synced(build):

@@ -58,14 +58,8 @@ def test_a_step_gathers_its_rows_in_the_batch_order():
 
 def sequences(num: int, context: int, block_size: int) -> tuple[list[SequenceChunk], BlockTables]:
     blocks = context // block_size
-    tables = BlockTables(blocks, CPU, rows=num)
-    chunks = []
-    for i in range(num):
-        row, table = tables.add(), list(range(i * blocks, (i + 1) * blocks))
-        tables.change(row, 0, table)
-        chunks.append(SequenceChunk([5], context - 1, table, True, row))
-    tables.flush()
-    return chunks, tables
+    lists = [list(range(i * blocks, (i + 1) * blocks)) for i in range(num)]
+    return [SequenceChunk([5], context - 1, t, True, row) for row, t in enumerate(lists)], BlockTables.of(lists, CPU)
 
 
 def python_bytes(fn) -> int:
