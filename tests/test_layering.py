@@ -1,10 +1,13 @@
 """The folder layout is the architecture, and its seams hold: the engine (scheduling, in tokens)
 and the worker (the device side) never import each other; they meet in the executor's step
-plan. The engine needs no torch."""
+plan. The engine needs no torch, and the device side needs no Triton unless its backend is
+Triton's (Triton is not installed everywhere PyTorch is)."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,3 +42,15 @@ def test_the_engine_needs_no_torch():
     assert {
         m for m, names in imports("server/engine").items() if any(n.split(".")[0] == "torch" for n in names)
     } == set()
+
+
+def test_the_device_side_on_the_torch_backend_never_imports_triton():
+    check = (
+        "import sys, torch\n"
+        "from argosy.server.worker import executor, model_runner\n"
+        "from argosy.kernels.attention_backend import select_backend\n"
+        "select_backend('torch', torch.device('cpu'), 2)\n"
+        "assert 'triton' not in sys.modules, 'triton was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

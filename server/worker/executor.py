@@ -7,10 +7,10 @@ kernel that compiles after start-up (a variant the warm-up missed) is logged as 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
-from argosy.kernels.triton_variants import CompiledVariants
 from argosy.server.engine_config import EngineConfig, EngineLimits
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.models.model_config import ModelConfig
@@ -21,6 +21,9 @@ from argosy.server.worker.sampler import Sampler
 from argosy.server.worker.sequence_states import SequenceStates
 from argosy.server.worker.startup_report import PhaseClock, StartupReport, tensor_bytes
 from argosy.server.worker.step_inputs import SequenceChunk
+
+if TYPE_CHECKING:
+    from argosy.kernels.triton_variants import CompiledVariants
 
 log = logging.getLogger("argosy.engine")
 

@@ -6,11 +6,11 @@ memory-profiling pass goes through the same parts."""
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 
 from argosy.kernels.attention_backend import select_backend
-from argosy.kernels.triton_variants import CompiledVariants
 from argosy.server.engine_config import EngineConfig
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
@@ -18,6 +18,9 @@ from argosy.server.models.model_config import ModelConfig
 from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
 from argosy.server.worker.step_inputs import ModelInputs, SequenceChunk, prepare_inputs
+
+if TYPE_CHECKING:
+    from argosy.kernels.triton_variants import CompiledVariants
 
 
 class ModelRunner:
@@ -89,8 +92,12 @@ class ModelRunner:
         cache[:, :, : last + 1].zero_()
 
     def compiled_variants(self) -> CompiledVariants | None:
-        """The Triton kernels' variants, where the backend runs them."""
-        return CompiledVariants(self.device) if self.backend.name == "triton" else None
+        """The Triton kernels' variants, where the backend runs them (Triton is imported then only)."""
+        if self.backend.name != "triton":
+            return None
+        from argosy.kernels.triton_variants import CompiledVariants
+
+        return CompiledVariants(self.device)
 
     def capture_graphs(self) -> list[int]:
         """The batch sizes captured (none with graphs off)."""
