@@ -43,6 +43,8 @@ class BlockTables:
     def change(self, row: int, kept: int, blocks: list[int]) -> None:
         """The row's table keeps its first `kept` entries and continues with `blocks`; written at
         the next flush."""
+        if kept + len(blocks) > self.width:  # it would run into the next row
+            raise ValueError(f"a block table of {kept + len(blocks)} blocks; rows hold {self.width}")
         start = row * self.width + kept
         self._positions += range(start, start + len(blocks))
         self._blocks += blocks

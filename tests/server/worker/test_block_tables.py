@@ -51,6 +51,12 @@ def test_a_released_row_is_handed_out_again():
     assert tables.add() == first and {first, second} == {0, 1}
 
 
+def test_a_table_longer_than_a_row_is_refused_rather_than_written_into_the_next():
+    tables = BlockTables(4, CPU, rows=2)
+    with pytest.raises(ValueError, match="5 blocks; rows hold 4"):
+        tables.change(tables.add(), 2, [1, 2, 3])
+
+
 def test_a_step_gathers_its_rows_in_the_batch_order():
     tables = BlockTables.of([[1, 2, 3], [4], [5, 6]], CPU)
     assert tables.gather(torch.tensor([2, 0]), 2).tolist() == [[5, 6], [1, 2]]
