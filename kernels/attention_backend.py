@@ -37,6 +37,7 @@ class AttentionBackend(Protocol):
     name: str
     kernels: LayerKernels
     captures_graphs: bool  # its metadata and forward pass never read the device back
+    compiles_kernels: bool  # its kernels compile at their first launch of each variant (Triton's)
 
     def metadata(self, batch: AttentionBatch) -> Any: ...
 
@@ -53,6 +54,7 @@ class AttentionBackend(Protocol):
 class TorchAttention:
     name = "torch"
     captures_graphs = False  # the tile plan reads context lengths back to the host
+    compiles_kernels = False  # its C++ kernels are built before the model loads
 
     def __init__(self, cpu_decode: bool = False):
         # Decodes and bfloat16 elementwise ops through the C++ kernels; else all through the reference.

@@ -146,6 +146,8 @@ def decode_attention(
     n = len(seqs)
     if n == 0:
         return
+    if num_splits > MAX_SPLITS:  # the reduction reads at most MAX_SPLITS parts
+        raise ValueError(f"num_splits {num_splits} is above {MAX_SPLITS}")
     _, num_heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     parts = n * num_heads * num_splits if num_splits > 1 else 1  # one split writes out directly

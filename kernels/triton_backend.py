@@ -30,6 +30,7 @@ class TritonAttention:
     name = "triton"
     kernels = TRITON_KERNELS
     captures_graphs = True
+    compiles_kernels = True
 
     def __init__(self, device: torch.device, num_kv_heads: int):
         self.device, self.num_kv_heads = device, num_kv_heads

@@ -49,7 +49,8 @@ def variant_key(kernel: Any, args: tuple, kwargs: dict) -> tuple:
 
     params = inspect.signature(kernel.fn).parameters
     bound = dict(zip(params, args)) | {k: v for k, v in kwargs.items() if k in params}
-    unspecialised = set(kernel.kwargs.get("do_not_specialize") or ())
+    # A compiled kernel keeps the names; an interpreted one, the arguments it was made with.
+    unspecialised = set(getattr(kernel, "do_not_specialize", None) or kernel.kwargs.get("do_not_specialize") or ())
     key: list[tuple] = []
     for name, param in params.items():
         if "constexpr" in str(param.annotation):
@@ -60,16 +61,30 @@ def variant_key(kernel: Any, args: tuple, kwargs: dict) -> tuple:
 
 
 class CompiledVariants:
-    """How many variants of the launched kernels exist on `device`."""
+    """How many variants of the launched kernels exist on `device`, and which kernels compiled
+    new ones since it was made (after the warm-up). Triton's caches are the process's: an
+    engine started beside another in one process shows the other's warm-up too."""
 
     def __init__(self, device: torch.device):
         self._caches: dict[str, Sized] = {kernel.fn.__name__: _cache_of(kernel, device) for kernel in LAUNCHED}
+        self._seen = self.by_kernel()
+        self._total = self.count()
 
     def count(self) -> int:
         return sum(map(len, self._caches.values()))
 
     def by_kernel(self) -> dict[str, int]:
         return {name: len(cache) for name, cache in self._caches.items()}
+
+    def new(self) -> dict[str, int]:
+        """The kernels with variants compiled since the last call (or since it was made), and
+        how many each has now; cheap when there are none (a sum of a few lengths)."""
+        if self.count() == self._total:
+            return {}
+        now = self.by_kernel()
+        grown = {name: n for name, n in now.items() if n > self._seen[name]}
+        self._seen, self._total = now, sum(now.values())
+        return grown
 
 
 def _cache_of(kernel: Any, device: torch.device) -> Sized:

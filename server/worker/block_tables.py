@@ -40,6 +40,10 @@ class BlockTables:
     def release(self, row: int) -> None:
         self._free.append(row)
 
+    @property
+    def rows_in_use(self) -> int:
+        return self.table.shape[0] - len(self._free)
+
     def change(self, row: int, kept: int, blocks: list[int]) -> None:
         """The row's table keeps its first `kept` entries and continues with `blocks`; written at
         the next flush."""
@@ -63,7 +67,10 @@ class BlockTables:
         return self.table[:, :width].index_select(0, rows)
 
     def gather_into(self, out: torch.Tensor, rows: torch.Tensor) -> None:
-        """Whole rows into the first len(rows) rows of `out` (a graph's static buffer)."""
+        """Whole rows into the first len(rows) rows of `out` (a graph's static buffer, whose
+        address must not change: it is never resized)."""
+        if out.shape[1] != self.width:
+            raise ValueError(f"a buffer {out.shape[1]} blocks wide for tables {self.width} wide")
         torch.index_select(self.table, 0, rows, out=out[: len(rows)])
 
     def _grow(self) -> None:

@@ -36,7 +36,6 @@ class InProcessExecutor:
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
         self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
-        self.warmed: int | None = None  # how many variants existed once start-up was done
 
     def start(self) -> DeviceReady:
         config, limits = self.config, self.limits
@@ -59,7 +58,6 @@ class InProcessExecutor:
         graph_sizes = runner.capture_graphs()
         clock.lap("graphs")
         self.variants = runner.compiled_variants()
-        self.warmed = None if self.variants is None else self.variants.count()
         report = self.report = StartupReport(
             str(device),
             runner.backend.name,
@@ -69,7 +67,7 @@ class InProcessExecutor:
             tensor_bytes(runner.model),
             (num_blocks + reserved) * block_bytes,
             clock.seconds,
-            self.warmed,
+            None if self.variants is None else self.variants.count(),
         )
         log.info(report.line())
         return DeviceReady(num_blocks, report.line())
@@ -82,8 +80,12 @@ class InProcessExecutor:
             state = states[c.seq_id]
             chunks.append(SequenceChunk(c.token_ids, c.start, state.block_table, c.sample, state.table_row))
         logits = self.runner.execute(chunks, plan.block_copies, states.tables)
-        if self.variants is not None and self.variants.count() != self.warmed:
-            self._compiled_while_serving()
+        if self.variants is not None and (compiled := self.variants.new()):
+            log.warning(
+                "a Triton kernel compiled a variant the start-up warm-up had not, and every request waited for it "
+                "(variants now: %s); please report this with the engine's settings",
+                compiled,
+            )
         if not plan.samples:  # only partial prefill chunks ran
             return StepResult([], [], [])
         seqs = [states[s.seq_id] for s in plan.samples]
@@ -95,14 +97,6 @@ class InProcessExecutor:
                 seq.output_token_ids.append(token_id)
         token_ids = [[token_id] for token_id in sampled.token_ids]
         return StepResult(token_ids, [None if lp is None else [lp] for lp in sampled.logprobs], sampled.errors)
-
-    def _compiled_while_serving(self) -> None:
-        self.warmed = self.variants.count()
-        log.warning(
-            "a Triton kernel compiled a variant the start-up warm-up had not, and every request waited for it "
-            "(variants by kernel: %s); please report this with the engine's settings",
-            self.variants.by_kernel(),
-        )
 
     def check_device(self) -> None:
         self.runner.check_device()

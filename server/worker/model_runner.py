@@ -77,23 +77,28 @@ class ModelRunner:
     @torch.inference_mode()
     def warm_up(self) -> None:
         """Launches every kernel variant serving can produce, so that none compiles while
-        requests wait (on CUDA a Triton kernel compiles at its first launch of each variant): an
-        eager step of a prefill beside a decode of max_model_len keys (split as far as one
-        decode's context ever is, so the splits' reduction runs too) and a block copy, on the KV
-        cache itself, whose blocks are all free now; the two blocks it writes are zeroed after.
-        Decodes through the graphs are warmed by their capture."""
+        requests wait (a Triton kernel compiles at its first launch of each variant): an eager
+        step of a prefill beside a decode of max_model_len keys (split as far as one decode's
+        context ever is, so the splits' reduction runs too), a lone decode (one token's views of
+        the projections have strides of their own), and a block copy, on the KV cache itself,
+        whose blocks are all free now; the two blocks it writes are zeroed after. Decodes
+        through the graphs are warmed by their capture. Nothing to do for a backend whose
+        kernels are built before the model loads."""
+        if not self.backend.compiles_kernels:
+            return
         bs, cache = self.block_size, self.kv_cache
-        blocks = [0] * -(-self.max_model_len // bs)  # one block read over and over: any key will do
+        blocks = [0] * max(2, -(-self.max_model_len // bs))  # one block read over and over: any key will do
         prefill = SequenceChunk([0, 0], 0, blocks, sample=True)
         decode = SequenceChunk([0], self.max_model_len - 1, blocks, sample=True)
-        self.forward(prepare_inputs([prefill, decode], bs, self.device, self.backend), cache)
+        for chunks in ([prefill, decode], [decode]):
+            self.forward(prepare_inputs(chunks, bs, self.device, self.backend), cache)
         last = min(1, cache.shape[2] - 1)
         self.backend.copy_blocks(cache, *(torch.tensor([b], device=self.device) for b in (0, last)))
         cache[:, :, : last + 1].zero_()
 
     def compiled_variants(self) -> CompiledVariants | None:
         """The Triton kernels' variants, where the backend runs them (Triton is imported then only)."""
-        if self.backend.name != "triton":
+        if not self.backend.compiles_kernels:
             return None
         from argosy.kernels.triton_variants import CompiledVariants
 

@@ -13,7 +13,7 @@ import torch
 
 from argosy.kernels import kv_cache_ops, triton_kv_cache
 from argosy.kernels.paged_attention import build_metadata, paged_attention
-from argosy.kernels.triton_attention_decode import decode_attention, num_splits_for
+from argosy.kernels.triton_attention_decode import MAX_SPLITS, decode_attention, num_splits_for
 from argosy.kernels.triton_attention_prefill import prefill_attention
 from tests.kernels.paged_batch import paged_batch
 
@@ -64,11 +64,18 @@ def test_one_split_matches_many():
     torch.testing.assert_close(many, b.expected, atol=1e-5, rtol=1e-5)
 
 
+def test_more_splits_than_the_reduction_reads_are_refused():
+    b = paged_batch([(40, 1)], 4, 2, 64, 16, torch.float32)
+    with pytest.raises(ValueError, match="num_splits 128 is above 64"):
+        run_triton(b, 4, 64, num_splits=128)
+
+
 def test_splits_fill_the_device_but_never_split_short_contexts():
     assert num_splits_for(num_seqs=1, kv_heads=8, max_seq_len=4096, target_programs=264) == 16
     assert num_splits_for(num_seqs=64, kv_heads=8, max_seq_len=4096, target_programs=264) == 1
     assert num_splits_for(num_seqs=1, kv_heads=8, max_seq_len=300, target_programs=264) == 1
     assert num_splits_for(num_seqs=1, kv_heads=8, max_seq_len=768, target_programs=264) == 2  # not 4 of 192
+    assert num_splits_for(num_seqs=1, kv_heads=1, max_seq_len=1 << 20, target_programs=1024) == MAX_SPLITS
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -69,6 +69,7 @@ def test_the_device_side_holds_the_engines_block_tables_and_sequences_at_every_s
             assert states.tables.table[states[chunk.seq_id].table_row, : len(table)].tolist() == table
             seen.add(chunk.seq_id)
         assert len({state.table_row for state in states.values()}) == len(states)  # a row each
+        assert states.tables.rows_in_use == len(states)  # and rows of forgotten sequences are free again
         # The device holds exactly the sequences the engine told it of and has not said are gone.
         assert set(executor.states) == core.planner._known
         return result

@@ -97,12 +97,13 @@ def test_first_step_logits_match_transformers(checkpoints):
         for i, p in enumerate(prompts):
             llm.engine.add_request(str(i), p, SamplingParams(max_tokens=1))
         sched = llm.engine.core.scheduler.schedule()
-        tables = BlockTables.of([item.seq.block_table for item in sched.scheduled], torch.device("cpu"))
+        runner = llm.engine.core.executor.runner
+        tables = BlockTables.of([item.seq.block_table for item in sched.scheduled], runner.device)
         chunks = [
             SequenceChunk(item.seq.token_ids, 0, item.seq.block_table, item.completes, row)
             for row, item in enumerate(sched.scheduled)
         ]
-        logits = llm.engine.core.executor.runner.execute(chunks, sched.blocks_to_copy, tables)
+        logits = runner.execute(chunks, sched.blocks_to_copy, tables)
         model = load_reference(checkpoints[arch])
         with torch.inference_mode():
             expected = torch.stack([model(torch.tensor([p])).logits[0, -1] for p in prompts])

@@ -55,6 +55,8 @@ def test_a_table_longer_than_a_row_is_refused_rather_than_written_into_the_next(
     tables = BlockTables(4, CPU, rows=2)
     with pytest.raises(ValueError, match="5 blocks; rows hold 4"):
         tables.change(tables.add(), 2, [1, 2, 3])
+    with pytest.raises(ValueError, match="a buffer 5 blocks wide for tables 4 wide"):
+        tables.gather_into(torch.zeros(2, 5, dtype=torch.long), torch.tensor([0]))
 
 
 def test_a_step_gathers_its_rows_in_the_batch_order():
