@@ -55,6 +55,11 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def rms_norm_constexprs(hidden: int, has_residual: bool) -> dict:
+    block = triton.next_power_of_2(hidden)
+    return dict(HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=has_residual, num_warps=_num_warps(block))
+
+
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -69,11 +74,10 @@ def rms_norm(
         res_rows = _rows(residual.expand(x.shape))
         res_out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, residual.dtype), device=x.device)
     if x.numel():
-        block = triton.next_power_of_2(hidden)
         _rms_norm_kernel[(rows.shape[0], rows.shape[1])](
             rows, res_rows, weight.contiguous(), out, res_out, eps,
             rows.stride(0), rows.stride(1), res_rows.stride(0), res_rows.stride(1),
-            HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=residual is not None, num_warps=_num_warps(block),
+            **rms_norm_constexprs(hidden, residual is not None),
         )  # fmt: skip
     return out if residual is None else (out, res_out)
 
@@ -125,6 +129,16 @@ def _rotary_kernel(
     )
 
 
+def rotary_constexprs(heads: int, kv_heads: int, head_dim: int) -> dict:
+    half = head_dim // 2
+    return dict(
+        HEADS=heads, HEADS_PAD=triton.next_power_of_2(heads),
+        KV_HEADS=kv_heads, KV_HEADS_PAD=triton.next_power_of_2(kv_heads),
+        HALF=half, HALF_PAD=triton.next_power_of_2(half),
+        num_warps=_num_warps(triton.next_power_of_2(heads) * triton.next_power_of_2(half)),
+    )  # fmt: skip
+
+
 def rotary(
     positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,14 +154,10 @@ def rotary(
     q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     if num_tokens:
-        half = head_dim // 2
         _rotary_kernel[(num_tokens,)](
             positions.contiguous(), q, k, cos, sin, q_out, k_out, cos.shape[0],
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
-            HEADS=heads, HEADS_PAD=triton.next_power_of_2(heads),
-            KV_HEADS=kv_heads, KV_HEADS_PAD=triton.next_power_of_2(kv_heads),
-            HALF=half, HALF_PAD=triton.next_power_of_2(half),
-            num_warps=_num_warps(triton.next_power_of_2(heads) * triton.next_power_of_2(half)),
+            **rotary_constexprs(heads, kv_heads, head_dim),
         )  # fmt: skip
     return q_out, k_out
 
@@ -165,6 +175,11 @@ def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x_row, INTER: tl.constexpr, BLOC
     tl.store(out_ptr + row * INTER + offs, rounded(out, out_ptr.dtype.element_ty), mask=mask)
 
 
+def silu_and_mul_constexprs(inter: int) -> dict:
+    block = min(SILU_BLOCK, triton.next_power_of_2(inter))
+    return dict(INTER=inter, BLOCK=block, num_warps=_num_warps(block))
+
+
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """x [..., 2 * I] (gate, then up) -> silu(gate) * up, a new contiguous [..., I]."""
     if x.shape[-1] % 2:
@@ -174,9 +189,9 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     out = torch.empty((*x.shape[:-1], inter), dtype=x.dtype, device=x.device)
     if rows.shape[0] and inter:
-        block = min(SILU_BLOCK, triton.next_power_of_2(inter))
-        _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(inter, block))](
-            rows, out, rows.stride(0), INTER=inter, BLOCK=block, num_warps=_num_warps(block)
+        constexprs = silu_and_mul_constexprs(inter)
+        _silu_and_mul_kernel[(rows.shape[0], triton.cdiv(inter, constexprs["BLOCK"]))](
+            rows, out, rows.stride(0), **constexprs
         )
     return out
 

@@ -28,6 +28,10 @@ def _write_kv_kernel(
     tl.store(v_cache_ptr + dst, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
 
 
+def write_kv_constexprs(row: int) -> dict:
+    return dict(ROW=row, ROW_PAD=triton.next_power_of_2(row))
+
+
 def write_kv(
     k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
@@ -42,8 +46,7 @@ def write_kv(
         return
     _write_kv_kernel[(num_tokens,)](
         k, v, k_cache, v_cache, slot_mapping,
-        k.stride(0), v.stride(0), k_cache.stride(1),
-        ROW=row, ROW_PAD=triton.next_power_of_2(row),
+        k.stride(0), v.stride(0), k_cache.stride(1), **write_kv_constexprs(row),
     )  # fmt: skip
 
 

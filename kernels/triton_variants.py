@@ -50,7 +50,8 @@ def variant_key(kernel: Any, args: tuple, kwargs: dict) -> tuple:
     params = inspect.signature(kernel.fn).parameters
     bound = dict(zip(params, args)) | {k: v for k, v in kwargs.items() if k in params}
     # A compiled kernel keeps the names; an interpreted one, the arguments it was made with.
-    unspecialised = set(getattr(kernel, "do_not_specialize", None) or kernel.kwargs.get("do_not_specialize") or ())
+    compiled = hasattr(kernel, "do_not_specialize")
+    unspecialised = set((kernel.do_not_specialize if compiled else kernel.kwargs.get("do_not_specialize")) or ())
     key: list[tuple] = []
     for name, param in params.items():
         if "constexpr" in str(param.annotation):

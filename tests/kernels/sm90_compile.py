@@ -100,32 +100,24 @@ def cache_and_elementwise_jobs():
         yield (f"write-kv-{shape_name}", triton_kv_cache._write_kv_kernel,
                {**dict.fromkeys(["k_ptr", "v_ptr", "k_cache_ptr", "v_cache_ptr"], ptr), "slot_mapping_ptr": "*i64",
                 **dict.fromkeys(["stride_k_tok", "stride_v_tok", "stride_slot"], "i32")},
-               dict(ROW=row, ROW_PAD=triton.next_power_of_2(row)), ("k_cache_ptr", "v_cache_ptr"))  # fmt: skip
+               triton_kv_cache.write_kv_constexprs(row), ("k_cache_ptr", "v_cache_ptr"))  # fmt: skip
         yield (f"copy-blocks-{shape_name}", triton_kv_cache._copy_blocks_kernel,
                {"cache_ptr": ptr, "src_ptr": "*i64", "dst_ptr": "*i64", "stride_plane": "i64"},
                triton_kv_cache.copy_constexprs(16 * row), ("cache_ptr",))  # fmt: skip
-        block = triton.next_power_of_2(hidden)
         yield (f"rms-norm-{shape_name}", triton_elementwise._rms_norm_kernel,
                {**dict.fromkeys(["x_ptr", "residual_ptr", "weight_ptr", "out_ptr", "residual_out_ptr"], ptr),
                 "eps": "fp32",
                 **dict.fromkeys(["stride_x_row", "stride_x_sub", "stride_r_row", "stride_r_sub"], "i32")},
-               dict(HIDDEN=hidden, BLOCK=block, HAS_RESIDUAL=True, num_warps=triton_elementwise._num_warps(block)),
-               ())  # fmt: skip
-        block = min(triton_elementwise.SILU_BLOCK, triton.next_power_of_2(inter))
+               triton_elementwise.rms_norm_constexprs(hidden, has_residual=True), ())  # fmt: skip
         yield (f"silu-and-mul-{shape_name}", triton_elementwise._silu_and_mul_kernel,
                {"x_ptr": ptr, "out_ptr": ptr, "stride_x_row": "i32"},
-               dict(INTER=inter, BLOCK=block, num_warps=triton_elementwise._num_warps(block)), ())  # fmt: skip
-        half = head_dim // 2
-        rotary_warps = triton_elementwise._num_warps(triton.next_power_of_2(heads) * triton.next_power_of_2(half))
+               triton_elementwise.silu_and_mul_constexprs(inter), ())  # fmt: skip
         yield (f"rotary-{shape_name}", triton_elementwise._rotary_kernel,
                {"positions_ptr": "*i64", **dict.fromkeys(["q_ptr", "k_ptr", "q_out_ptr", "k_out_ptr"], ptr),
                 "cos_ptr": "*fp32", "sin_ptr": "*fp32", "max_position": "i32",
                 **dict.fromkeys(["stride_q_tok", "stride_q_head", "stride_k_tok", "stride_k_head", "stride_table"],
                                 "i32")},
-               dict(HEADS=heads, HEADS_PAD=triton.next_power_of_2(heads), KV_HEADS=kv_heads,
-                    KV_HEADS_PAD=triton.next_power_of_2(kv_heads), HALF=half, HALF_PAD=triton.next_power_of_2(half),
-                    num_warps=rotary_warps),
-               ())  # fmt: skip
+               triton_elementwise.rotary_constexprs(heads, kv_heads, head_dim), ())  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
