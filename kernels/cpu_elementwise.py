@@ -8,6 +8,7 @@ import torch
 
 from argosy.kernels import cpu_kernels, elementwise
 from argosy.kernels.elementwise import LayerKernels
+from argosy.kernels.lora_ops import lora_runs
 
 
 def _bf16_rows(t: torch.Tensor) -> bool:
@@ -38,4 +39,4 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return cpu_kernels.cpu_kernels().silu_and_mul_bf16(x)
 
 
-CPU_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul)
+CPU_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul, lora_runs)

@@ -4,7 +4,7 @@ kernel must match; it rounds exactly where Hugging Face does, which keeps greedy
 identical to transformers'.
 
 `LayerKernels` names one implementation of each op, so the layers can run either this set or
-the Triton one without knowing which."""
+the Triton one without knowing which; the LoRA products of a step (lora_ops.py) are among them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from argosy.kernels.lora_ops import lora_runs
 
 
 def rms_norm(
@@ -55,6 +57,7 @@ class LayerKernels:
     rms_norm: Callable[..., torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
     rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]]
     silu_and_mul: Callable[[torch.Tensor], torch.Tensor]
+    lora: Callable[..., None]  # (x, out, LoRABatch, LoRAStack): adds the step's adapters' products into out
 
 
-TORCH_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul)
+TORCH_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul, lora_runs)

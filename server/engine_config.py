@@ -64,6 +64,12 @@ class EngineConfig:
     quantization: Quantization | None = setting(
         None, "fp8: linear-layer weights in float8 e4m3 with per-output-channel scales, quantized at load"
     )
+    enable_lora: bool = setting(False, "serve LoRA adapters beside the base model, many in one step")
+    max_loras: int = setting(1, "LoRA device slots: the most distinct adapters in one step")
+    max_lora_rank: int = setting(16, "the highest LoRA rank served (device slots are this wide)")
+    max_cpu_loras: int | None = setting(
+        None, "LoRA adapters kept in host memory, least recently used evicted first; default max_loras"
+    )
 
     def __post_init__(self) -> None:
         sizes = self.cuda_graph_sizes
@@ -73,7 +79,16 @@ class EngineConfig:
                 f"({self.max_num_seqs}), got {sizes!r}",
                 param="cuda_graph_sizes",
             )
-        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_memory"):
+        for name in (
+            "block_size",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_model_len",
+            "kv_cache_memory",
+            "max_loras",
+            "max_lora_rank",
+            "max_cpu_loras",
+        ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InvalidRequestError(f"{name} must be a positive integer, got {value!r}", param=name)
@@ -81,6 +96,11 @@ class EngineConfig:
             raise InvalidRequestError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
                 param="gpu_memory_utilization",
+            )
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise InvalidRequestError(
+                f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})",
+                param="max_cpu_loras",
             )
         for name, annotation in typing.get_type_hints(EngineConfig).items():
             choices = literal_choices(annotation)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from argosy.server.executor.plan import TokenLogprobs
+from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import EngineStats
 from argosy.server.sampling_params import SamplingParams
 
@@ -19,6 +20,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, tag=True):
     prompt_token_ids: list[int]
     params: SamplingParams
     arrival_time: float
+    lora: AdapterRef | None = None
 
 
 class AbortRequests(msgspec.Struct, array_like=True, tag=True):

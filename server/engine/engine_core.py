@@ -25,6 +25,8 @@ from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.executor import Executor, make_executor
 from argosy.server.executor.plan import StepResult, TokenLogprobs
+from argosy.server.lora.manager import LoRAManager
+from argosy.server.lora.slots import LoRASlots
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.outputs import EngineStats
@@ -43,8 +45,10 @@ class EngineCore:
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
         self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching)
+        adapters = self.executor.adapters
+        self.lora = None if adapters is None else LoRAManager(adapters, LoRASlots(config.max_loras))
         self.scheduler = Scheduler(
-            self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill
+            self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill, self.lora
         )
         self.planner = StepPlanner(self.scheduler)
         self.requests: dict[str, Request] = {}
@@ -55,7 +59,13 @@ class EngineCore:
     def add_request(self, new: EngineCoreRequest) -> None:
         if new.request_id in self.requests:
             raise InvalidRequestError(f"request id {new.request_id!r} is already in use", param="request_id")
-        request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time)
+        request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time, lora=new.lora)
+        if new.lora is not None:
+            if self.lora is None:
+                raise InvalidRequestError(
+                    f"adapter {new.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)", param="model"
+                )
+            self.lora.add(request)  # raises (nothing held) when the adapter cannot be read
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.requests[request.request_id] = request
@@ -64,13 +74,14 @@ class EngineCore:
     def abort(self, request_id: str) -> bool:
         """Withdraws a request; its blocks are free when this returns. False if it was not in
         flight (unknown, or finished already)."""
-        request = self.requests.pop(request_id, None)
+        request = self.requests.get(request_id)
         if request is None:
             return False
         for seq in request.seqs:
             if not seq.is_finished:
                 seq.finish_reason = seq.finish_reason or "abort"
                 self.scheduler.finish(seq)
+        self._remove(request)
         return True
 
     def finish_sequences(self, sequences: list[tuple[str, int]]) -> None:
@@ -83,7 +94,13 @@ class EngineCore:
             seq.finish_reason = "stop"
             self.scheduler.finish(seq)
             if request.is_finished:
-                del self.requests[request_id]
+                self._remove(request)
+
+    def _remove(self, request: Request) -> None:
+        """The one way a request leaves: what it held goes back."""
+        del self.requests[request.request_id]
+        if self.lora is not None:
+            self.lora.remove(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -158,7 +175,7 @@ class EngineCore:
                 seq.finish_reason, seq.stop_reason = reason, stop_token
                 self.scheduler.finish(seq)
                 if request.is_finished:
-                    del self.requests[request.request_id]
+                    self._remove(request)
                 break
         out = EngineCoreOutput(request.request_id, seq.index, token_ids, logprobs, reason, stop_token)
         if seq.num_output_tokens == len(token_ids):  # its first tokens

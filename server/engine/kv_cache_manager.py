@@ -147,7 +147,7 @@ class KVCacheManager:
     def _extend_hashes(self, seq: Sequence, num_tokens: int) -> None:
         bs = self.block_size
         for i in range(len(seq.block_hashes), num_tokens // bs):
-            parent = seq.block_hashes[i - 1] if i else None
+            parent = seq.block_hashes[i - 1] if i else seq.request.hash_seed
             seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs : (i + 1) * bs]))
 
 

@@ -1,7 +1,9 @@
 """Scheduler: iteration-level batching. Every step, running sequences continue (a decode
 token, or the next chunk of a long prompt) and waiting ones join, first come first served,
 under a token budget and a sequence cap. When blocks run out, the most recently admitted
-running sequence is preempted: its blocks are freed and it is recomputed later."""
+running sequence is preempted: its blocks are freed and it is recomputed later. With LoRA, a
+waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
+its place, until one idles; the ones behind it may go first."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.sequence import Sequence, SequenceStatus
+from argosy.server.lora.manager import LoRAManager
 
 
 class ScheduledSequence:
@@ -34,9 +37,15 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(
-        self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int, enable_chunked_prefill: bool
+        self,
+        kv: KVCacheManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        enable_chunked_prefill: bool,
+        adapters: LoRAManager | None = None,
     ):
         self.kv = kv
+        self.adapters = adapters
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
@@ -77,10 +86,14 @@ class Scheduler:
             return budget
         # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
         reserved = sum(seq.request.num_pending_forks for seq in self.running)
+        passed_over: list[Sequence] = []  # their adapter has no slot this step
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if len(self.running) + reserved + 1 + seq.request.num_pending_forks > self.max_num_seqs:
                 break
+            if self.adapters is not None and not self.adapters.can_admit(seq.request):
+                passed_over.append(self.waiting.popleft())
+                continue
             cached = self.kv.cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.kv.block_size
             if remaining > budget and not self.enable_chunked_prefill:
@@ -88,6 +101,8 @@ class Scheduler:
             num_new = min(remaining, budget)
             if not self.kv.allocate(seq, num_new, cached):
                 break
+            if self.adapters is not None:
+                self.adapters.admit(seq.request)
             if not seq.preempted:  # a recomputation finding its own blocks is no cache hit
                 self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
                 seq.request.num_cached_tokens = seq.num_computed_tokens
@@ -97,6 +112,7 @@ class Scheduler:
             self.running.append(seq)
             out.scheduled.append(ScheduledSequence(seq, num_new))
             budget -= num_new
+        self.waiting.extendleft(reversed(passed_over))
         return budget
 
     def _preempt(self, seq: Sequence) -> None:

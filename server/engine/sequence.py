@@ -7,6 +7,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from argosy.server.lora.request import AdapterRef
 from argosy.server.sampling_params import SamplingParams
 
 
@@ -78,6 +79,14 @@ class Request:
     seqs: list[Sequence] = field(default_factory=list)
     first_scheduled_time: float | None = None
     num_cached_tokens: int = 0
+    lora: AdapterRef | None = None  # the adapter it runs with (None: the base model)
+    lora_slot: int | None = None  # the adapter's device slot, held from its first admission to its end
+
+    @property
+    def hash_seed(self) -> bytes | None:
+        """What its block hashes chain from: the adapter's digest, so that KV computed with
+        other weights is never shared."""
+        return None if self.lora is None else self.lora.hash_seed
 
     @property
     def num_pending_forks(self) -> int:

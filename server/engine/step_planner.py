@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from argosy.server.engine.parallel_sampling import Fork
 from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
-from argosy.server.engine.sequence import Sequence
+from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.executor.plan import NewSequence, SampleRow, ScheduledChunk, StepPlan
 
 
@@ -32,7 +32,12 @@ class StepPlanner:
                 params = request.params
                 new.append(
                     NewSequence(
-                        seq.seq_id, request.request_id, params, request.prompt_token_ids, params.seed_of(seq.index)
+                        seq.seq_id,
+                        request.request_id,
+                        params,
+                        request.prompt_token_ids,
+                        params.seed_of(seq.index),
+                        lora_slot=_slot(request),
                     )
                 )
             start, changed = seq.num_computed_tokens, seq.block_table_changed_from
@@ -51,6 +56,14 @@ class StepPlanner:
                     known.add(seq_id)
                     request = seq.request
                     seed = request.params.seed_of(index)
-                    new.append(NewSequence(seq_id, request.request_id, request.params, [], seed, seq.seq_id))
+                    new.append(
+                        NewSequence(seq_id, request.request_id, request.params, [], seed, seq.seq_id, _slot(request))
+                    )
                     samples.append(SampleRow(seq_id, row))
-        return StepPlan(new, finished, chunks, out.blocks_to_copy, samples)
+        adapters = self.scheduler.adapters
+        loads = [] if adapters is None else [(slot, ref.digest) for slot, ref in adapters.slots.take_loads()]
+        return StepPlan(new, finished, chunks, out.blocks_to_copy, samples, loads)
+
+
+def _slot(request: Request) -> int:
+    return -1 if request.lora_slot is None else request.lora_slot

@@ -1,20 +1,27 @@
 """Executor: what the engine asks of the device side. `start` loads the model, profiles the
 largest step, allocates the KV cache and captures graphs; `execute` runs one StepPlan and
-samples; `check_device` runs a one-token step to tell a broken batch from a broken device.
+samples; `check_device` runs a one-token step to tell a broken batch from a broken device;
+`adapters` (with LoRA on, once started) holds the LoRA adapters in host memory, which the
+engine has read as requests name them and the plans' slot loads copy from.
 
 Today one executor runs in the engine core's process (the worker package's); a multi-process
 one (a worker per GPU, for tensor parallelism) takes the same plans."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.models.model_config import ModelConfig
 
+if TYPE_CHECKING:
+    from argosy.server.lora.manager import AdapterHost
+
 
 class Executor(Protocol):
+    adapters: AdapterHost | None
+
     def start(self) -> DeviceReady: ...
 
     def execute(self, plan: StepPlan) -> StepResult: ...

@@ -20,6 +20,7 @@ class NewSequence(msgspec.Struct, array_like=True):
     prompt_token_ids: list[int]  # penalties read them; empty for a fork, which takes its parent's
     seed: int | None  # of its generator: the request's seed plus the sequence's index
     fork_of: int | None = None  # the parent of a parallel sample (n > 1)
+    lora_slot: int = -1  # the device slot of its adapter, for its whole life; -1: the base model
 
 
 class ScheduledChunk(msgspec.Struct, array_like=True):
@@ -47,6 +48,8 @@ class StepPlan(msgspec.Struct, array_like=True):
     chunks: list[ScheduledChunk]
     block_copies: list[tuple[int, int]]  # (src, dst) copy-on-write, before the forward pass
     samples: list[SampleRow]
+    # (slot, digest): adapters to copy into device slots, from host memory, before the forward pass.
+    lora_loads: list[tuple[int, str]] = []
 
 
 class TokenLogprobs(msgspec.Struct, array_like=True):

@@ -1,8 +1,8 @@
 """Linear: the model's linear layers, in a weight format each: plain (as loaded, this class),
 FP8 (fp8.py) or oneDNN-packed (packed_linear.py), as the LinearFactory picks. A layer's weight
 is loaded as the checkpoint has it, then `process_weights` turns it into its format; `forward`
-is the product in that format plus each addition attached with `add` (LoRA adapters: any
-layer, any format)."""
+is the product in that format, then each addition attached with `add` adds its share into it
+(LoRA adapters: any layer, any format)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ class Linear(nn.Module):
         return nn.functional.linear(x, self.weight, self.bias)
 
     def add(self, addition: nn.Module) -> None:
-        """Adds `addition(x)` to every output from now on."""
+        """From now on `addition(x, out)` adds to every output `out`, in place."""
         self.additions.append(addition)
         self.has_additions = True
 
@@ -63,7 +63,7 @@ class Linear(nn.Module):
         out = self.product(x)
         if self.has_additions:
             for addition in self.additions:
-                out = out + addition(x)
+                out = addition(x, out)
         return out
 
     def extra_repr(self) -> str:

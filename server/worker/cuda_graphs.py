@@ -5,7 +5,9 @@ Graphs hold fixed shapes and addresses, so every captured batch size reads its i
 set of static buffers (StaticInputs: every field of step_inputs.FIELDS) that each step copies
 into, padded to the next captured size. Padding rows are decodes of the null block (a cache
 block no sequence owns) with one key, so they write and read nothing real. The largest size is
-captured first and all share one memory pool.
+captured first and all share one memory pool. With LoRA on, each size is captured twice: with
+the adapters' products, which read each token's slot from its static buffer, and without, for
+batches in which no sequence has an adapter (they pay nothing for LoRA being on).
 
 On CPU the same runner is the CUDA graphs' twin: "capture" does nothing and "replay" is an
 eager call on the static buffers, so padding, bucketing and buffer reuse run in the tests."""
@@ -19,7 +21,9 @@ from typing import Any
 import torch
 
 from argosy.kernels.attention_backend import AttentionBackend
+from argosy.kernels.lora_ops import LoRABatch
 from argosy.server.engine_config import EngineConfig
+from argosy.server.lora.device_weights import LoRAContext
 from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.step_inputs import SequenceChunk, StaticInputs, host_inputs
 
@@ -56,11 +60,13 @@ class DecodeGraphs:
         block_size: int,
         max_model_len: int,
         device: torch.device,
+        lora: LoRAContext | None = None,
     ):
         self.model, self.backend, self.sizes = model, backend, sizes
         self.block_size, self.max_model_len, self.device = block_size, max_model_len, device
         self.inputs = StaticInputs(sizes[-1], max_blocks_per_seq, block_size, device)
-        self.captured: dict[int, CapturedDecode] = {}
+        self.lora = lora  # the context the model's LoRA layers read, with LoRA on
+        self.captured: dict[tuple[int, bool], CapturedDecode] = {}  # by (size, with adapters)
         self.kv_cache: torch.Tensor | None = None  # bound at capture
 
     def capture(self, kv_cache: torch.Tensor, null_block: int) -> None:
@@ -70,16 +76,19 @@ class DecodeGraphs:
         pool = None
         for size in reversed(self.sizes):
             meta = self.backend.metadata(self.inputs.batch(size, self.max_model_len))
-            if self.device.type != "cuda":
-                self.captured[size] = CapturedDecode(meta, None, None)
-                continue
-            self._forward(size, meta)  # compiles the kernels and settles the allocator first
-            torch.cuda.synchronize(self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                hidden = self._forward(size, meta)
-            pool = graph.pool()
-            self.captured[size] = CapturedDecode(meta, graph, hidden)
+            for adapters in (False, True) if self.lora is not None else (False,):
+                if self.device.type != "cuda":
+                    self.captured[size, adapters] = CapturedDecode(meta, None, None)
+                    continue
+                # Captured with every slot -1: the products are in the graph, each token's slot is read at replay.
+                runs = [] if adapters else None
+                self._forward(size, meta, runs)  # compiles the kernels and settles the allocator first
+                torch.cuda.synchronize(self.device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    hidden = self._forward(size, meta, runs)
+                pool = graph.pool()
+                self.captured[size, adapters] = CapturedDecode(meta, graph, hidden)
 
     def fits(self, chunks: list[SequenceChunk]) -> bool:
         return len(chunks) <= self.sizes[-1] and all(len(chunk.token_ids) == 1 for chunk in chunks)
@@ -89,8 +98,9 @@ class DecodeGraphs:
         block tables at their table_row."""
         n = len(chunks)
         size = self.sizes[bisect.bisect_left(self.sizes, n)]
-        self.inputs.fill(host_inputs(chunks, self.block_size), tables, size)
-        entry = self.captured[size]
+        host = host_inputs(chunks, self.block_size)
+        self.inputs.fill(host, tables, size)
+        entry = self.captured[size, bool(host.lora_runs)]
         if entry.graph is None:
             # The twin: an eager call on the static buffers, with the captured metadata where a
             # graph would hold it fixed; the torch backend plans its tiles from the lengths, so
@@ -100,11 +110,19 @@ class DecodeGraphs:
                 if self.backend.captures_graphs
                 else self.backend.metadata(self.inputs.batch(size, self.max_model_len))
             )
-            return self._forward(size, meta)[:n]
+            return self._forward(size, meta, host.lora_runs or None)[:n]
         entry.graph.replay()
         return entry.hidden[:n]
 
     @torch.inference_mode()
-    def _forward(self, size: int, meta: Any) -> torch.Tensor:
+    def _forward(self, size: int, meta: Any, lora_runs: list[tuple[int, int, int]] | None = None) -> torch.Tensor:
+        """The forward pass on the static buffers; with `lora_runs` (None: no adapters), the
+        adapters' products too."""
         inputs = self.inputs
-        return self.model(inputs.field("input_ids", size), inputs.field("positions", size), self.kv_cache, meta)
+        if lora_runs is not None:
+            self.lora.batch = LoRABatch(inputs.field("lora_slots", size), lora_runs)
+        try:
+            return self.model(inputs.field("input_ids", size), inputs.field("positions", size), self.kv_cache, meta)
+        finally:
+            if self.lora is not None:
+                self.lora.batch = None

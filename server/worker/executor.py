@@ -13,6 +13,7 @@ import torch
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
+from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.worker.device import resolve_device, resolve_dtype
 from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
@@ -36,6 +37,7 @@ class InProcessExecutor:
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
         self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
+        self.adapters: AdapterHostCache | None = None  # with LoRA on, once started
 
     def start(self) -> DeviceReady:
         config, limits = self.config, self.limits
@@ -44,6 +46,9 @@ class InProcessExecutor:
         torch.manual_seed(config.seed)
         clock = PhaseClock()
         runner = self.runner = ModelRunner(self.model_config, config, dtype, device, limits.max_model_len)
+        if config.enable_lora:
+            cpu_loras = config.max_cpu_loras or config.max_loras
+            self.adapters = AdapterHostCache(self.model_config, config.max_lora_rank, dtype, cpu_loras)
         clock.lap("load")
         largest_step = min(limits.max_num_batched_tokens, limits.max_model_len)
         budget = kv_cache_budget(config, device, lambda: runner.profile_peak_bytes(largest_step, config.max_num_seqs))
@@ -75,10 +80,14 @@ class InProcessExecutor:
     def execute(self, plan: StepPlan) -> StepResult:
         states = self.states
         states.apply(plan)
+        for slot, digest in plan.lora_loads:
+            self.runner.lora.load(slot, self.adapters[digest])
         chunks = []
         for c in plan.chunks:
             state = states[c.seq_id]
-            chunks.append(SequenceChunk(c.token_ids, c.start, state.block_table, c.sample, state.table_row))
+            chunks.append(
+                SequenceChunk(c.token_ids, c.start, state.block_table, c.sample, state.table_row, state.lora_slot)
+            )
         logits = self.runner.execute(chunks, plan.block_copies, states.tables)
         if self.variants is not None and (compiled := self.variants.new()):
             log.warning(

@@ -12,6 +12,7 @@ import torch
 
 from argosy.kernels.attention_backend import select_backend
 from argosy.server.engine_config import EngineConfig
+from argosy.server.lora.device_weights import LoRAContext, LoRAWeights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
@@ -37,6 +38,13 @@ class ModelRunner:
         self.backend = select_backend(engine_config.attention_backend, device, model_config.num_kv_heads)
         linears = LinearFactory.for_device(engine_config.quantization, device, dtype)
         self.model = load_model(model_config, dtype, device, max_model_len, self.backend, linears)
+        self.lora_context = LoRAContext()
+        self.lora = None  # the adapters' device slots, with LoRA on
+        if engine_config.enable_lora:
+            self.lora = LoRAWeights(
+                model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device
+            )
+            self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
         self.kv_cache = self._empty_cache(0)
         self.graphs = (
             DecodeGraphs(
@@ -47,6 +55,7 @@ class ModelRunner:
                 self.block_size,
                 max_model_len,
                 device,
+                self.lora_context if self.lora is not None else None,
             )
             if graphs_enabled(engine_config, device, self.backend)
             else None
@@ -127,11 +136,21 @@ class ModelRunner:
             hidden = self.graphs.run(chunks, tables)
             rows = torch.tensor([i for i, c in enumerate(chunks) if c.sample], dtype=torch.long, device=self.device)
             return self.model.compute_logits(hidden[rows])
-        return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend, tables), self.kv_cache)
+        order = _by_adapter(chunks) if self.lora is not None else None
+        if order is None:
+            return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend, tables), self.kv_cache)
+        ordered = [chunks[i] for i in order]
+        logits = self.forward(prepare_inputs(ordered, self.block_size, self.device, self.backend, tables), self.kv_cache)
+        row_in_step = {i: row for row, i in enumerate(i for i in order if chunks[i].sample)}
+        return logits[torch.tensor([row_in_step[i] for i, c in enumerate(chunks) if c.sample], device=self.device)]
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor:
-        hidden = self.model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention)
+        self.lora_context.batch = inputs.lora
+        try:
+            hidden = self.model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention)
+        finally:
+            self.lora_context.batch = None
         return self.model.compute_logits(hidden[inputs.logits_rows])
 
     def profile_peak_bytes(self, num_tokens: int, num_logits: int) -> int | None:
@@ -169,3 +188,10 @@ class ModelRunner:
         """A decode step of `batch` sequences into a one-block scratch cache."""
         decodes = [SequenceChunk([0], 0, [0], sample=True) for _ in range(batch)]
         self.forward(prepare_inputs(decodes, self.block_size, self.device, self.backend), self._empty_cache(1))
+
+
+def _by_adapter(chunks: list[SequenceChunk]) -> list[int] | None:
+    """The chunks' order with each adapter's sequences side by side (the base model's first), so
+    that an eager step runs one pair of LoRA products per adapter; None when they are already."""
+    order = sorted(range(len(chunks)), key=lambda i: chunks[i].lora_slot)
+    return None if all(i == j for i, j in enumerate(order)) else order

@@ -19,6 +19,7 @@ class SequenceState:
     __slots__ = (
         "block_table",
         "generator",
+        "lora_slot",
         "output_token_ids",
         "params",
         "penalized",
@@ -35,6 +36,7 @@ class SequenceState:
         seed: int | None,
         device: torch.device = CPU,
         table_row: int = -1,
+        lora_slot: int = -1,
     ):
         self.request_id, self.params = request_id, params
         self.penalized = params.has_penalties  # read for every row at every step
@@ -42,6 +44,7 @@ class SequenceState:
         self.output_token_ids: list[int] = []
         self.block_table: list[int] = []
         self.table_row = table_row  # in the device's BlockTables
+        self.lora_slot = lora_slot  # its adapter's device slot; -1: the base model
         # Each sequence draws from its own stream, as in vLLM: the request's seed + its index. The
         # generator lives where the logits do, so that its noise is drawn there.
         self.generator = None if seed is None else torch.Generator(device).manual_seed(seed)
@@ -79,4 +82,6 @@ class SequenceStates(dict[int, SequenceState]):
 
     def _state(self, new: NewSequence) -> SequenceState:
         prompt = new.prompt_token_ids if new.fork_of is None else self[new.fork_of].prompt_token_ids
-        return SequenceState(new.request_id, new.params, prompt, new.seed, self.device, self.tables.add())
+        return SequenceState(
+            new.request_id, new.params, prompt, new.seed, self.device, self.tables.add(), new.lora_slot
+        )

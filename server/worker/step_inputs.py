@@ -16,6 +16,7 @@ import msgspec
 import torch
 
 from argosy.kernels.attention_backend import AttentionBackend, AttentionBatch
+from argosy.kernels.lora_ops import LoRABatch
 from argosy.server.worker.block_tables import BlockTables
 
 
@@ -28,19 +29,21 @@ class SequenceChunk(msgspec.Struct):
     block_table: list[int]  # the host's copy, for the new tokens' slots
     sample: bool  # its last token's logits are wanted
     table_row: int = -1  # its row in the BlockTables the step is given
+    lora_slot: int = -1  # its adapter's device slot; -1: the base model
 
 
 @dataclass(frozen=True)
 class InputField:
     name: str
     per: Literal["token", "sequence", "table"]  # table: a row of block ids per sequence
-    pad: Literal["zero", "one", "null_slot", "null_block"]  # what a padding row of a graph's batch holds
+    pad: Literal["zero", "one", "none", "null_slot", "null_block"]  # what a padding row of a graph's batch holds
 
 
 FIELDS = (
     InputField("input_ids", "token", "zero"),
     InputField("positions", "token", "zero"),
     InputField("slot_mapping", "token", "null_slot"),  # the cache slot of each token's K/V
+    InputField("lora_slots", "token", "none"),  # the device slot of each token's adapter, -1: none
     InputField("seq_lens", "sequence", "one"),  # keys in the cache after the step
     InputField("block_tables", "table", "null_block"),  # gathered from BlockTables, not from lists
 )
@@ -53,12 +56,14 @@ class HostInputs:
     input_ids: list[int]
     positions: list[int]
     slot_mapping: list[int]
+    lora_slots: list[int]
     seq_lens: list[int]
     table_rows: list[int]  # each sequence's row in the step's BlockTables
     table_width: int  # the longest of their tables
     query_start_loc: list[int]  # [seqs + 1]: where each sequence's tokens start in the batch
     q_lens: list[int]  # new tokens per sequence
     logits_rows: list[int]  # the batch index of each sampled chunk's last token
+    lora_runs: list[tuple[int, int, int]]  # (slot, first token, end): consecutive tokens of one adapter
 
     @property
     def num_seqs(self) -> int:
@@ -71,11 +76,20 @@ def host_inputs(chunks: list[SequenceChunk], block_size: int) -> HostInputs:
     token_ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
+    lora_slots: list[int] = []
+    lora_runs: list[tuple[int, int, int]] = []
     query_start_loc, seq_lens, q_lens, logits_rows, table_rows = [0], [], [], [], []
     width = 0
     for chunk in chunks:
-        n, start, table = len(chunk.token_ids), chunk.start, chunk.block_table
+        n, start, table, lora = len(chunk.token_ids), chunk.start, chunk.block_table, chunk.lora_slot
+        first = query_start_loc[-1]
         token_ids += chunk.token_ids
+        lora_slots += [lora] * n
+        if lora >= 0:
+            if lora_runs and lora_runs[-1][0] == lora and lora_runs[-1][2] == first:
+                lora_runs[-1] = (lora, lora_runs[-1][1], first + n)
+            else:
+                lora_runs.append((lora, first, first + n))
         if n == 1:  # a decode, the common case
             positions.append(start)
             slots.append(table[start // block_size] * block_size + start % block_size)
@@ -89,7 +103,9 @@ def host_inputs(chunks: list[SequenceChunk], block_size: int) -> HostInputs:
         width = max(width, len(table))
         if chunk.sample:
             logits_rows.append(query_start_loc[-1] - 1)
-    return HostInputs(token_ids, positions, slots, seq_lens, table_rows, width, query_start_loc, q_lens, logits_rows)
+    return HostInputs(
+        token_ids, positions, slots, lora_slots, seq_lens, table_rows, width, query_start_loc, q_lens, logits_rows, lora_runs
+    )
 
 
 @dataclass
@@ -98,6 +114,7 @@ class ModelInputs:
     positions: torch.Tensor  # [tokens]
     attention: Any  # what the backend built, for every layer
     logits_rows: torch.Tensor  # [sampled sequences] index of each one's last token in the batch
+    lora: LoRABatch | None = None  # None: no token has an adapter
 
 
 def prepare_inputs(
@@ -125,8 +142,13 @@ def prepare_inputs(
         host.q_lens,
         max(host.seq_lens),
     )
+    lora = LoRABatch(fields["lora_slots"], host.lora_runs) if host.lora_runs else None
     return ModelInputs(
-        fields["input_ids"], fields["positions"], backend.metadata(batch), _int64(host.logits_rows).to(device)
+        fields["input_ids"],
+        fields["positions"],
+        backend.metadata(batch),
+        _int64(host.logits_rows).to(device),
+        lora,
     )
 
 
@@ -154,7 +176,13 @@ class StaticInputs:
 
     def pad(self, start: int, end: int) -> None:
         """Rows start..end decode the null block's first slot."""
-        values = {"zero": 0, "one": 1, "null_slot": self.null_block * self.block_size, "null_block": self.null_block}
+        values = {
+            "zero": 0,
+            "one": 1,
+            "none": -1,
+            "null_slot": self.null_block * self.block_size,
+            "null_block": self.null_block,
+        }
         for f in FIELDS:
             buffer = self.buffers[f.name]
             if f.per == "table":

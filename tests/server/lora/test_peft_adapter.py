@@ -12,7 +12,8 @@ import shutil
 import pytest
 import torch
 
-from argosy.server.lora.peft_adapter import AdapterError, read_adapter
+from argosy.server.lora.adapter_folder import AdapterError
+from argosy.server.lora.peft_adapter import read_adapter
 from argosy.server.models.model_config import ModelConfig
 from tests.adapters import ALL_MODULES, make_adapter, peft_model
 from tests.checkpoints import build_checkpoint

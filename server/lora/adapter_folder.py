@@ -1,0 +1,188 @@
+"""A PEFT LoRA adapter folder (`adapter_config.json` + `adapter_model.safetensors`) checked
+against the base model without loading a tensor (the API process has no torch): its settings,
+and the names and shapes of its tensors from the safetensors header. Whatever cannot be served
+exactly is refused, naming the file and the field: DoRA, modules_to_save, embedding or LM-head
+adapters, bias terms, per-module rank or alpha patterns, a rank above the server's limit, a
+pickled `.bin` adapter, shapes that do not fit the base model. Its identity is the digest of
+its weights file, never its name or place."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.models.model_config import ModelConfig
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_TENSOR = re.compile(r"^(?:base_model\.model\.)?model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
+# Settings PEFT may write whose non-default value changes the product: each refused by name.
+_UNSUPPORTED = {
+    "use_dora": "DoRA adapters",
+    "modules_to_save": "modules_to_save (fully trained copies of base layers)",
+    "rank_pattern": "a rank_pattern (ranks per module)",
+    "alpha_pattern": "an alpha_pattern (alphas per module)",
+    "layer_replication": "layer_replication",
+    "fan_in_fan_out": "fan_in_fan_out (transposed weights)",
+    "lora_bias": "LoRA bias terms",
+    "use_qalora": "QA-LoRA",
+    "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens)",
+    "trainable_token_indices": "trainable token indices (embedding updates)",
+}
+
+
+class AdapterError(InvalidRequestError):
+    """An adapter folder that cannot be served; the message names the file and the field."""
+
+    def __init__(self, path: Path | str, message: str):
+        super().__init__(f"{path}: {message}", param="lora_path")
+
+
+@dataclass(frozen=True)
+class AdapterFolder:
+    """A checked adapter folder: (layer, module) -> the names of its A and B tensors."""
+
+    path: Path
+    rank: int
+    scaling: float  # alpha / r, or alpha / sqrt(r) with rslora
+    digest: str  # sha256 of the weights file, hex
+    pairs: dict[tuple[int, str], tuple[str, str]]
+
+    @property
+    def weights(self) -> Path:
+        return self.path / WEIGHTS_FILE
+
+
+def placement(model: ModelConfig) -> dict[str, tuple[str, int, int, int]]:
+    """Each module's fused layer, its rows' offset there, and its (in, out) features."""
+    hidden, inter = model.hidden_size, model.intermediate_size
+    q, kv = model.num_heads * model.head_dim, model.num_kv_heads * model.head_dim
+    return {
+        "q_proj": ("qkv_proj", 0, hidden, q),
+        "k_proj": ("qkv_proj", q, hidden, kv),
+        "v_proj": ("qkv_proj", q + kv, hidden, kv),
+        "o_proj": ("o_proj", 0, q, hidden),
+        "gate_proj": ("gate_up_proj", 0, hidden, inter),
+        "up_proj": ("gate_up_proj", inter, hidden, inter),
+        "down_proj": ("down_proj", 0, inter, hidden),
+    }
+
+
+def inspect_adapter(path: str | Path, model: ModelConfig, max_rank: int, data: bytes | None = None) -> AdapterFolder:
+    """Checks the folder at `path` against the base `model`; `data`: the weights file's bytes,
+    when the caller has read them (they are what the digest is of)."""
+    folder = Path(path)
+    config = _read_config(folder)
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    if not isinstance(rank, int) or rank < 1:
+        raise AdapterError(folder / CONFIG_FILE, f"r must be a positive integer, got {rank!r}")
+    if rank > max_rank:
+        raise AdapterError(folder / CONFIG_FILE, f"r is {rank}, above the server's max_lora_rank {max_rank}")
+    if not isinstance(alpha, (int, float)):
+        raise AdapterError(folder / CONFIG_FILE, f"lora_alpha must be a number, got {alpha!r}")
+    scaling = alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
+    weights = folder / WEIGHTS_FILE
+    data = read_weights(folder) if data is None else data
+    shapes = _header_shapes(weights, data)
+    places = placement(model)
+    pairs = {}
+    for (layer, module), (a, b) in sorted(_pairs(weights, shapes, model).items()):
+        _, _, fan_in, fan_out = places[module]
+        if shapes[a] != [rank, fan_in] or shapes[b] != [fan_out, rank]:
+            raise AdapterError(
+                weights,
+                f"layer {layer} {module}: lora_A {shapes[a]} and lora_B {shapes[b]} do not fit the base model "
+                f"(expected [{rank}, {fan_in}] and [{fan_out}, {rank}])",
+            )
+        pairs[layer, module] = (a, b)
+    return AdapterFolder(folder, rank, scaling, hashlib.sha256(data).hexdigest(), pairs)
+
+
+def read_weights(folder: Path) -> bytes:
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        if (folder / "adapter_model.bin").is_file():
+            raise AdapterError(
+                folder / "adapter_model.bin", "pickled .bin adapters are not supported: save it as safetensors"
+            )
+        raise AdapterError(weights, "file not found")
+    try:
+        return weights.read_bytes()
+    except OSError as exc:
+        raise AdapterError(weights, f"unreadable ({exc.strerror or exc})") from exc
+
+
+def _read_config(folder: Path) -> dict:
+    file = folder / CONFIG_FILE
+    if not folder.is_dir():
+        raise AdapterError(folder, "adapter folder not found")
+    if not file.is_file():
+        raise AdapterError(file, "file not found (a PEFT adapter folder holds adapter_config.json)")
+    try:
+        config = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AdapterError(file, f"not valid JSON ({exc})") from exc
+    if not isinstance(config, dict) or config.get("peft_type", "LORA") != "LORA":
+        raise AdapterError(file, f"peft_type must be LORA, got {config.get('peft_type')!r}")
+    for key, what in _UNSUPPORTED.items():
+        if config.get(key):
+            raise AdapterError(file, f"{key} is set: {what} are not supported")
+    if config.get("bias", "none") != "none":
+        raise AdapterError(file, f"bias is {config['bias']!r}: adapters with bias terms are not supported")
+    targets = config.get("target_modules")
+    if isinstance(targets, list):
+        unknown = sorted(set(targets) - set(MODULES))
+        if unknown:
+            raise AdapterError(
+                file, f"target_modules {unknown} are not supported (embedding and LM-head adapters among them); "
+                f"supported: {', '.join(MODULES)}",
+            )  # fmt: skip
+    return config
+
+
+def _header_shapes(weights: Path, data: bytes) -> dict[str, list[int]]:
+    """Each tensor's shape, from the safetensors header, which is checked to describe the file."""
+    try:
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + size])
+        if len(data) < 8 or not isinstance(header, dict):
+            raise ValueError("no header")
+        shapes = {}
+        for key, entry in header.items():
+            if key == "__metadata__":
+                continue
+            begin, end = entry["data_offsets"]
+            if not 0 <= begin <= end <= len(data) - 8 - size:
+                raise ValueError(f"tensor {key!r} lies outside the file")
+            shapes[key] = [int(d) for d in entry["shape"]]
+        return shapes
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise AdapterError(weights, f"corrupt or unreadable safetensors file ({exc})") from exc
+
+
+def _pairs(weights: Path, shapes: dict[str, list[int]], model: ModelConfig) -> dict[tuple[int, str], tuple[str, str]]:
+    """(layer, module) -> the names of (A, B), every tensor accounted for."""
+    halves: dict[tuple[int, str], dict[str, str]] = {}
+    for key in shapes:
+        m = _TENSOR.match(key)
+        if m is None:
+            what = "an embedding or LM-head adapter" if "embed" in key or "lm_head" in key else "not a LoRA tensor"
+            raise AdapterError(weights, f"tensor {key!r}: {what}, which is not supported")
+        layer, module, half = int(m.group(1)), m.group(2), m.group(3)
+        if module not in MODULES:
+            raise AdapterError(weights, f"tensor {key!r}: module {module!r} is not supported")
+        if layer >= model.num_layers:
+            raise AdapterError(weights, f"tensor {key!r}: layer {layer}, but the base model has {model.num_layers}")
+        halves.setdefault((layer, module), {})[half] = key
+    for (layer, module), pair in halves.items():
+        if set(pair) != {"A", "B"}:
+            raise AdapterError(weights, f"layer {layer} {module}: lora_A and lora_B must come together")
+    if not halves:
+        raise AdapterError(weights, "no LoRA tensors")
+    return {key: (pair["A"], pair["B"]) for key, pair in halves.items()}
