@@ -10,17 +10,19 @@ import importlib
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "CompletionOutput", "RequestOutput", "SamplingParams", "__version__"]
+__all__ = ["LLM", "CompletionOutput", "LoRARequest", "RequestOutput", "SamplingParams", "__version__"]
 
 _EXPORTS = {
     "LLM": "argosy.server.llm",
     "SamplingParams": "argosy.server.sampling_params",
     "RequestOutput": "argosy.server.outputs",
     "CompletionOutput": "argosy.server.outputs",
+    "LoRARequest": "argosy.server.lora.request",
 }
 
 if TYPE_CHECKING:
     from argosy.server.llm import LLM
+    from argosy.server.lora.request import LoRARequest
     from argosy.server.outputs import CompletionOutput, RequestOutput
     from argosy.server.sampling_params import SamplingParams
 

@@ -35,9 +35,26 @@ class UnsupportedModelError(CheckpointError):
 class InvalidRequestError(ArgosyError, ValueError):
     """A request or a sampling parameter is out of range; `param` names the field."""
 
+    status = 400  # its HTTP status
+    code: str | None = None  # the error body's code
+
     def __init__(self, message: str, param: str | None = None):
         self.param = param
         super().__init__(message)
+
+
+class NotFoundError(InvalidRequestError):
+    """The request names what is not served (a model or adapter name)."""
+
+    status = 404
+    code = "model_not_found"
+
+
+class ConflictError(InvalidRequestError):
+    """The request would replace what is served without asking to (an adapter name in use)."""
+
+    status = 409
+    code = "conflict"
 
 
 class EngineFailedError(ArgosyError):

@@ -9,6 +9,7 @@ from typing import Any
 from argosy.server.engine.llm_engine import LLMEngine
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import EngineFailedError, InvalidRequestError
+from argosy.server.lora.request import LoRARequest
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 
@@ -31,18 +32,14 @@ class LLM:
         self,
         prompts: PromptInput | list[PromptInput],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
+        lora_request: LoRARequest | list[LoRARequest | None] | None = None,
     ) -> list[RequestOutput]:
+        """`lora_request`: the adapter of every prompt, or one per prompt (None: the base model)."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
-        params = sampling_params if sampling_params is not None else SamplingParams()
-        if isinstance(params, list):
-            if len(params) != len(prompts):
-                raise InvalidRequestError(
-                    f"got {len(params)} SamplingParams for {len(prompts)} prompts", param="sampling_params"
-                )
-        else:
-            params = [params] * len(prompts)
-        return self._run([_prompt_of(p) for p in prompts], params)
+        params = _per_prompt(sampling_params or SamplingParams(), prompts, "sampling_params")
+        loras = _per_prompt(lora_request, prompts, "lora_request")
+        return self._run([_prompt_of(p) for p in prompts], params, loras)
 
     def chat(
         self,
@@ -54,7 +51,7 @@ class LLM:
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         tokenizer = self.engine.tokenizer
         prompts = [tokenizer.encode_chat(c, add_generation_prompt, chat_template) for c in conversations]
-        return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts))
+        return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts), [None] * len(prompts))
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
@@ -63,14 +60,17 @@ class LLM:
         """Forgets every cached prompt block, as vLLM's; False while requests are in flight."""
         return self.engine.core.reset_prefix_cache()
 
-    def _run(self, prompts: list[str | list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+    def _run(
+        self, prompts: list[str | list[int]], params: list[SamplingParams], loras: list[LoRARequest | None]
+    ) -> list[RequestOutput]:
         ids = []
         try:
-            for prompt, p in zip(prompts, params):
+            for prompt, p, lora in zip(prompts, params, loras):
                 ids.append(str(self._next_id))
                 self._next_id += 1
                 # Only the finished outputs are returned: no output is built before then.
-                self.engine.add_request(ids[-1], prompt, replace(p, output_kind=RequestOutputKind.FINAL_ONLY))
+                final = replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
+                self.engine.add_request(ids[-1], prompt, final, lora_request=lora)
         except Exception:
             for request_id in ids:  # an invalid prompt leaves nothing of the batch behind
                 self.engine.abort(request_id)
@@ -96,3 +96,12 @@ def _prompt_of(prompt: PromptInput) -> str | list[int]:
     if "prompt" in prompt:
         return prompt["prompt"]
     raise InvalidRequestError("a prompt dict needs 'prompt' or 'prompt_token_ids'", param="prompt")
+
+
+def _per_prompt(value: Any, prompts: list, param: str) -> list:
+    """One value for every prompt, or a list of one each."""
+    if not isinstance(value, list):
+        return [value] * len(prompts)
+    if len(value) != len(prompts):
+        raise InvalidRequestError(f"got {len(value)} {param} for {len(prompts)} prompts", param=param)
+    return value

@@ -24,3 +24,15 @@ def peft_model(base: Path, targets: list[str], rank: int = 4, alpha: float = 8, 
 def make_adapter(base: Path, folder: Path, targets: list[str] = ALL_MODULES, **kwargs) -> Path:
     peft_model(base, targets, **kwargs).save_pretrained(folder)
     return folder
+
+
+def merged_reference(base: Path, folder: Path | None):
+    """transformers' model of `base` with the saved adapter at `folder` merged into it by PEFT
+    (None: the base alone), float32, for reference_greedy."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    if folder is None:
+        return model.eval()
+    return PeftModel.from_pretrained(model, folder).merge_and_unload().eval()

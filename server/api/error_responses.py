@@ -58,7 +58,8 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, InvalidRequestError):
-        return APIError(400, str(exc), "invalid_request_error", exc.param)
+        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+        return APIError(exc.status, str(exc), kind, exc.param, exc.code)
     if isinstance(exc, EngineOverloadedError):
         return APIError(
             503,

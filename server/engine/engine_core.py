@@ -62,9 +62,8 @@ class EngineCore:
         request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time, lora=new.lora)
         if new.lora is not None:
             if self.lora is None:
-                raise InvalidRequestError(
-                    f"adapter {new.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)", param="model"
-                )
+                message = f"adapter {new.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)"
+                raise InvalidRequestError(message, param="model")
             self.lora.add(request)  # raises (nothing held) when the adapter cannot be read
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from argosy.server.engine.core_protocol import EngineCoreRequest
 from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.lora.request import AdapterRef
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.sampling_params import SamplingParams
@@ -61,9 +62,11 @@ class InputProcessor:
         params: SamplingParams,
         arrival_time: float | None = None,
         add_special_tokens: bool = True,
+        lora: AdapterRef | None = None,
     ) -> NewRequest:
         """Raises InvalidRequestError, naming the field, when the request cannot be served.
-        A rendered chat prompt has its special tokens already (add_special_tokens=False)."""
+        A rendered chat prompt has its special tokens already (add_special_tokens=False);
+        `lora`: the adapter it runs with."""
         params.validate()
         text = prompt if isinstance(prompt, str) else None
         if text is not None and (fewest := self.tokenizer.fewest_tokens(text)) >= self.max_model_len:
@@ -74,7 +77,7 @@ class InputProcessor:
             )
         token_ids = self.tokenizer.encode(text, add_special_tokens) if text is not None else list(prompt)
         self._check(token_ids, params)
-        core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic())
+        core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic(), lora)
         return NewRequest(core, text)
 
     def _check(self, token_ids: list[int], params: SamplingParams) -> None:

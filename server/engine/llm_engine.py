@@ -2,7 +2,8 @@
 (tokenize, validate), the engine core (schedule, execute, sample) and the output processor
 (detokenize, stop strings), which `argosy serve` splits across two processes. `add_request`
 queues, `step` runs one iteration and returns what changed, `abort` withdraws a request, and
-`take_failed` names the requests that failed alone (no longer in flight) and why."""
+`take_failed` names the requests that failed alone (no longer in flight) and why. With LoRA on,
+a request names its adapter with a LoRARequest, registered by name at first use."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from argosy.server.engine.engine_core import EngineCore
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.lora.registry import AdapterRegistry
+from argosy.server.lora.request import AdapterRef, LoRARequest
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
@@ -24,6 +28,10 @@ class LLMEngine:
         self.tokenizer = self.inputs.tokenizer
         self.outputs = OutputProcessor(self.tokenizer)
         self._failed: dict[str, str] = {}
+        name = config.served_model_name or self.core.model_config.path
+        self.adapters = (
+            AdapterRegistry(self.core.model_config, config.max_lora_rank, name) if config.enable_lora else None
+        )
 
     @property
     def requests(self) -> dict:
@@ -31,11 +39,31 @@ class LLMEngine:
         return self.outputs.requests
 
     def add_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams, arrival_time: float | None = None
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> None:
         """Queues a prompt (text, or token ids). Raises InvalidRequestError, with nothing
         allocated, when the request cannot be served."""
-        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time))
+        lora = self.adapter_for(lora_request)
+        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, lora=lora))
+
+    def adapter_for(self, lora_request: LoRARequest | None) -> AdapterRef | None:
+        """The adapter a LoRARequest names, registered at its first use (or when its folder
+        changes); what the name stood for before is retired once nothing uses it."""
+        if lora_request is None:
+            return None
+        if self.adapters is None:
+            raise InvalidRequestError("a lora_request was given, but LoRA is off (enable_lora=True)", "lora_request")
+        ref = self.adapters.get(lora_request.lora_name)
+        if ref is None or ref.path != str(lora_request.lora_path):
+            ref, old = self.adapters.register(lora_request.lora_name, str(lora_request.lora_path), replace=True)
+            if old is not None and not self.adapters.is_served(old.digest):
+                self.core.lora.retire(old.digest)
+        return ref
 
     def enqueue(self, request: NewRequest) -> None:
         self.core.add_request(request.core)  # raises first on a request id in use

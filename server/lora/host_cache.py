@@ -1,5 +1,5 @@
-"""AdapterHostCache: adapters read into host memory, by digest, at most `max_cpu_loras` of them
-(more only while requests in flight hold them): the least recently used unheld one goes first. A device
+"""AdapterHostCache: adapters read into host memory, by digest: those requests in flight hold,
+and at most `max_cpu_loras` others, the least recently used of which goes first. A device
 slot is loaded from here. An adapter whose files no longer hold the weights it was registered
 with is refused: a request never runs on weights other than those its name stood for."""
 
@@ -68,6 +68,6 @@ class AdapterHostCache:
             self.adapters.pop(digest, None)
 
     def _evict(self) -> None:
-        excess = len(self.adapters) - self.capacity
-        for digest in [d for d in self.adapters if d not in self.holders][: max(0, excess)]:
+        unheld = [d for d in self.adapters if d not in self.holders]
+        for digest in unheld[: max(0, len(unheld) - self.capacity)]:
             del self.adapters[digest]

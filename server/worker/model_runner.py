@@ -41,9 +41,7 @@ class ModelRunner:
         self.lora_context = LoRAContext()
         self.lora = None  # the adapters' device slots, with LoRA on
         if engine_config.enable_lora:
-            self.lora = LoRAWeights(
-                model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device
-            )
+            self.lora = LoRAWeights(model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device)
             self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
         self.kv_cache = self._empty_cache(0)
         self.graphs = (
@@ -137,10 +135,11 @@ class ModelRunner:
             rows = torch.tensor([i for i, c in enumerate(chunks) if c.sample], dtype=torch.long, device=self.device)
             return self.model.compute_logits(hidden[rows])
         order = _by_adapter(chunks) if self.lora is not None else None
+        ordered = chunks if order is None else [chunks[i] for i in order]
+        inputs = prepare_inputs(ordered, self.block_size, self.device, self.backend, tables)
+        logits = self.forward(inputs, self.kv_cache)
         if order is None:
-            return self.forward(prepare_inputs(chunks, self.block_size, self.device, self.backend, tables), self.kv_cache)
-        ordered = [chunks[i] for i in order]
-        logits = self.forward(prepare_inputs(ordered, self.block_size, self.device, self.backend, tables), self.kv_cache)
+            return logits
         row_in_step = {i: row for row, i in enumerate(i for i in order if chunks[i].sample)}
         return logits[torch.tensor([row_in_step[i] for i, c in enumerate(chunks) if c.sample], device=self.device)]
 

@@ -104,8 +104,9 @@ def host_inputs(chunks: list[SequenceChunk], block_size: int) -> HostInputs:
         if chunk.sample:
             logits_rows.append(query_start_loc[-1] - 1)
     return HostInputs(
-        token_ids, positions, slots, lora_slots, seq_lens, table_rows, width, query_start_loc, q_lens, logits_rows, lora_runs
-    )
+        token_ids, positions, slots, lora_slots, seq_lens, table_rows, width, query_start_loc, q_lens, logits_rows,
+        lora_runs,
+    )  # fmt: skip
 
 
 @dataclass
