@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from argosy.kernels import triton_lora
 from argosy.kernels.elementwise import LayerKernels
-from argosy.kernels.lora_ops import lora_runs
 from argosy.kernels.triton_runtime import rounded, tl, triton
 from argosy.kernels.triton_variants import launched
 
@@ -197,4 +197,4 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-TRITON_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul, lora_runs)
+TRITON_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul, triton_lora.lora)

@@ -88,15 +88,17 @@ class ModelRunner:
         step of a prefill beside a decode of max_model_len keys (split as far as one decode's
         context ever is, so the splits' reduction runs too), a lone decode (one token's views of
         the projections have strides of their own), and a block copy, on the KV cache itself,
-        whose blocks are all free now; the two blocks it writes are zeroed after. Decodes
-        through the graphs are warmed by their capture. Nothing to do for a backend whose
-        kernels are built before the model loads."""
+        whose blocks are all free now; the two blocks it writes are zeroed after. With LoRA on,
+        the steps run with an adapter's slot (still zeros: it adds nothing). Decodes through the
+        graphs are warmed by their capture. Nothing to do for a backend whose kernels are built
+        before the model loads."""
         if not self.backend.compiles_kernels:
             return
         bs, cache = self.block_size, self.kv_cache
         blocks = [0] * max(2, -(-self.max_model_len // bs))  # one block read over and over: any key will do
-        prefill = SequenceChunk([0, 0], 0, blocks, sample=True)
-        decode = SequenceChunk([0], self.max_model_len - 1, blocks, sample=True)
+        slot = -1 if self.lora is None else 0
+        prefill = SequenceChunk([0, 0], 0, blocks, sample=True, lora_slot=slot)
+        decode = SequenceChunk([0], self.max_model_len - 1, blocks, sample=True, lora_slot=slot)
         for chunks in ([prefill, decode], [decode]):
             self.forward(prepare_inputs(chunks, bs, self.device, self.backend), cache)
         last = min(1, cache.shape[2] - 1)

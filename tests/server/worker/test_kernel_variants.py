@@ -2,7 +2,8 @@
 each variant (its constants, and what Triton specialises its other arguments on), for seconds in
 which no request advances. Here, in the interpreter, each launch's key is Triton's own, computed
 for sm_90 (kernels/triton_variants.py): every key the eager and graph paths produce over every
-dimension a step varies in must be one the start-up warm-up already launched."""
+dimension a step varies in must be one the start-up warm-up already launched. The engine here
+serves LoRA adapters too, so that their kernels run."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ def llm_on_triton(llama_checkpoint):
         max_num_seqs=8,
         max_model_len=MAX_LEN,
         block_size=BLOCK,
+        enable_lora=True,
+        max_loras=2,
     )
 
 
@@ -82,7 +85,8 @@ def test_every_variant_a_step_can_launch_was_launched_during_start_up(engine):
         for start, q_len in shape:
             row, table = tables.add(), [rng.randrange(num_blocks) for _ in range(-(-(start + q_len) // BLOCK))]
             tables.change(row, 0, table)
-            chunks.append(SequenceChunk([rng.randrange(300)] * q_len, start, table, True, row))
+            lora_slot = rng.choice([-1, 0, 1])
+            chunks.append(SequenceChunk([rng.randrange(300)] * q_len, start, table, True, row, lora_slot))
         tables.flush()
         runner.execute(chunks, copies, tables)
         assert engine.variants.by_kernel() == warmed, f"step {step}: {shape}, copies {copies}"

@@ -63,5 +63,5 @@ def test_graph_buffers_come_from_the_same_fields_and_hold_what_the_eager_inputs_
         assert eager.attention.block_tables[i, : len(table)].tolist() == table
     # Row 3 pads the batch up to 4: one key, at the null block's first slot.
     pad = {f.name: static.buffers[f.name][3].tolist() for f in FIELDS}
-    assert pad == {"input_ids": 0, "positions": 0, "slot_mapping": 11 * BLOCK, "seq_lens": 1,
+    assert pad == {"input_ids": 0, "positions": 0, "slot_mapping": 11 * BLOCK, "lora_slots": -1, "seq_lens": 1,
                    "block_tables": [11, *static.buffers["block_tables"][3, 1:].tolist()]}  # fmt: skip
