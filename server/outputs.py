@@ -44,6 +44,17 @@ class RequestOutput:
 
 
 @dataclass(frozen=True)
+class LoRAStats:
+    """The adapters by name: of the requests running and waiting, and loaded, by tier."""
+
+    max_loras: int
+    running: list[str]
+    waiting: list[str]
+    device: list[str]  # in a device slot
+    host: list[str]  # in host memory only
+
+
+@dataclass(frozen=True)
 class EngineStats:
     num_waiting: int
     num_running: int
@@ -52,6 +63,7 @@ class EngineStats:
     prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
     prefix_cache_hits: int  # of those, tokens found
     num_preemptions: int
+    lora: LoRAStats | None = None  # with LoRA on
 
     @property
     def kv_cache_usage(self) -> float:

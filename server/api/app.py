@@ -11,11 +11,13 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from argosy.server.api.adapters import AdaptersFileWatcher, ServedAdapters, startup_adapters
 from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
+from argosy.server.api.lora_routes import install_lora_routes
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.middleware import APIKeyCheck, BodyLimits, JSONBodies, ResponsesInFlight
 from argosy.server.api.openapi_spec import (
@@ -44,6 +46,7 @@ async def run_engine(state: ServerState) -> None:
     core: CoreClient | None = None
     try:
         inputs = await asyncio.to_thread(InputProcessor.for_model, config.engine)
+        registry = await asyncio.to_thread(startup_adapters, config)
         core = CoreClient(config.engine, config.log_format)
         ready = await core.wait_ready()
     except ArgosyError as exc:  # CoreStartError included
@@ -74,6 +77,12 @@ async def run_engine(state: ServerState) -> None:
         state.metrics.describe_cache(
             config.engine.block_size, ready.stats.kv_blocks_total, config.engine.enable_prefix_caching
         )
+        if registry is not None:
+            adapters = ServedAdapters(registry, client.load_adapter, client.retire_adapter, config.engine.max_loras)
+            for ref in registry.refs.values():
+                client.load_adapter(ref)
+            state.metrics.bind_lora(lambda: client.stats().lora)
+            state.adapters = adapters
         log.info(
             "model %s loaded: %s blocks of %s tokens; engine core pid %s",
             state.model_name,
@@ -86,7 +95,15 @@ async def run_engine(state: ServerState) -> None:
         await core.shutdown(kill=True)
         return state.fail(f"starting to serve failed: {type(exc).__name__}: {exc}", ENGINE_DIED_EXIT_CODE)
     state.client = client
-    await client.run()  # guards its own loop: any failure there ends in client.dead
+    watcher = None
+    if config.lora_config_file and state.adapters is not None:
+        watch = AdaptersFileWatcher(config.lora_config_file, state.adapters, state.metrics.count_lora_config_error)
+        watcher = asyncio.create_task(watch.run())
+    try:
+        await client.run()  # guards its own loop: any failure there ends in client.dead
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     if client.dead is not None:
         state.fail(client.dead, ENGINE_DIED_EXIT_CODE)
 
@@ -151,18 +168,24 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/v1/models", responses=errors(401, 503))
     async def models(client: EngineClient = Depends(serving_engine)) -> dict:
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": state.model_name,
-                    "object": "model",
-                    "created": 0,
-                    "owned_by": "argosy",
-                    "max_model_len": client.max_model_len,
-                }
-            ],
-        }
+        """The base model, and each adapter with its base as `parent` and its folder as `root`."""
+
+        def card(name: str, root: str, parent: str | None) -> dict:
+            return {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "argosy",
+                "root": root,
+                "parent": parent,
+                "max_model_len": client.max_model_len,
+            }
+
+        base = card(state.model_name, state.config.engine.model or state.model_name, None)
+        refs = [] if state.adapters is None else sorted(state.adapters.registry.refs.values(), key=lambda r: r.name)
+        return {"object": "list", "data": [base, *(card(r.name, r.path, state.model_name) for r in refs)]}
+
+    install_lora_routes(app, state, serving_engine)
 
     @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):

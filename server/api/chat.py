@@ -14,6 +14,7 @@ from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, top_k
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import Logprob, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
@@ -24,19 +25,20 @@ async def create_chat_completion(
 ) -> Response:
     tokenizer = client.tokenizer
 
-    def build(request_id: str, params: SamplingParams) -> tuple[list[NewRequest], None]:
+    def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], None]:
         try:
             prompt = tokenizer.apply_chat_template(body.messages, body.add_generation_prompt is not False)
-            return [client.make_request(engine_request_id(request_id), prompt, params, add_special_tokens=False)], None
+            request = client.make_request(engine_request_id(request_id), prompt, params, False, lora)
+            return [request], None
         except InvalidRequestError as exc:  # the prompt a chat call has is its messages
             if exc.param == "prompt":
                 exc.param = "messages"
             raise
 
     def reply(gen: Generation, params: SamplingParams, _: None) -> ChatReply:
-        return ChatReply(body, gen, params, state.model_name, tokenizer)
+        return ChatReply(body, gen, params, body.model, tokenizer)
 
-    return await serve_call(body, http, state.model_name, client, "chatcmpl", build, reply)
+    return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply)
 
 
 class ChatReply:

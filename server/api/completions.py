@@ -13,6 +13,7 @@ from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k
 from argosy.server.engine.input_processor import NewRequest
+from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
@@ -20,9 +21,9 @@ from argosy.server.sampling_params import SamplingParams
 async def create_completion(
     body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
 ) -> Response:
-    def build(request_id: str, params: SamplingParams) -> tuple[list[NewRequest], list[str]]:
+    def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], list[str]]:
         requests = [
-            client.make_request(engine_request_id(request_id, i), prompt, params)
+            client.make_request(engine_request_id(request_id, i), prompt, params, lora=lora)
             for i, prompt in enumerate(body.prompts())
         ]
         echoes = [
@@ -32,9 +33,9 @@ async def create_completion(
         return requests, echoes
 
     def reply(gen: Generation, params: SamplingParams, echoes: list[str]) -> CompletionReply:
-        return CompletionReply(body, gen, params, state.model_name, echoes)
+        return CompletionReply(body, gen, params, body.model, echoes)
 
-    return await serve_call(body, http, state.model_name, client, "cmpl", build, reply)
+    return await serve_call(body, http, state.resolve_model, client, "cmpl", build, reply)
 
 
 class CompletionReply:

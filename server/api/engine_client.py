@@ -22,6 +22,7 @@ from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.exceptions import ArgosyError, EngineDeadError, EngineFailedError, InvalidRequestError
+from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import EngineStats
 from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
@@ -67,12 +68,25 @@ class EngineClient:
         return self.inputs.max_model_len
 
     def make_request(
-        self, request_id: str, prompt: str | list[int], params: SamplingParams, add_special_tokens: bool = True
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams,
+        add_special_tokens: bool = True,
+        lora: AdapterRef | None = None,
     ) -> NewRequest:
         """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas.
         Thread-safe: handlers call it off the event loop, a long prompt takes seconds."""
         delta = replace(params, output_kind=RequestOutputKind.DELTA)
-        return self.inputs.make_request(request_id, prompt, delta, add_special_tokens=add_special_tokens)
+        return self.inputs.make_request(request_id, prompt, delta, add_special_tokens=add_special_tokens, lora=lora)
+
+    def load_adapter(self, ref: AdapterRef) -> None:
+        """The engine core reads the adapter into host memory (it is served from now on)."""
+        self.core.send(protocol.LoadAdapter(ref))
+
+    def retire_adapter(self, digest: str) -> None:
+        """No name stands for these weights any more: they go once no request uses them."""
+        self.core.send(protocol.RetireAdapter(digest))
 
     def stats(self) -> EngineStats:
         """The core's figures as of its last message."""

@@ -58,8 +58,7 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, InvalidRequestError):
-        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
-        return APIError(exc.status, str(exc), kind, exc.param, exc.code)
+        return APIError(exc.status, str(exc), "invalid_request_error", exc.param, exc.code)
     if isinstance(exc, EngineOverloadedError):
         return APIError(
             503,

@@ -15,11 +15,11 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.error_responses import APIError
 from argosy.server.api.protocol import SamplingFields
 from argosy.server.api.request_stream import RequestStream, merge_delta
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.exceptions import ArgosyError, EngineFailedError
+from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
@@ -51,19 +51,20 @@ class Reply(Protocol):
 async def serve_call(
     body: SamplingFields,
     http: HTTPRequest,
-    model_name: str,
+    resolve_model: Callable[[str], AdapterRef | None],
     client: EngineClient,
     id_prefix: str,
-    build: Callable[[str, SamplingParams], tuple[list[NewRequest], Prepared]],
+    build: Callable[[str, SamplingParams, AdapterRef | None], tuple[list[NewRequest], Prepared]],
     reply: Callable[[Generation, SamplingParams, Prepared], Reply],
 ) -> Response:
     """One generation call: `build` makes its engine requests (and whatever else the reply
-    needs) from its id and sampling parameters, off the event loop; they are submitted; then
-    `reply` answers, streamed or whole (499 when the client leaves before the end)."""
-    check_model(body.model, model_name)
+    needs) from its id, sampling parameters and adapter (the one `model` names), off the event
+    loop; they are submitted; then `reply` answers, streamed or whole (499 when the client leaves
+    before the end)."""
+    lora = resolve_model(body.model)
     params = body.to_sampling_params()
     request_id = new_request_id(http, id_prefix)
-    requests, prepared = await prepare(request_id, lambda: build(request_id, params))
+    requests, prepared = await prepare(request_id, lambda: build(request_id, params, lora))
     gen = Generation(client, request_id, requests)
     answer = reply(gen, params, prepared)
     if body.streaming:
@@ -85,13 +86,6 @@ async def prepare(request_id: str, build: Callable[[], Prepared]) -> Prepared:
     except Exception as exc:
         log.exception("request %s failed while preparing its prompt", request_id)
         raise EngineFailedError(f"preparing the prompt failed: {type(exc).__name__}: {exc}") from exc
-
-
-def check_model(requested: str, served: str) -> None:
-    if requested != served:
-        raise APIError(
-            404, f"The model `{requested}` does not exist.", "invalid_request_error", "model", "model_not_found"
-        )
 
 
 class Generation:

@@ -7,12 +7,13 @@ has owed a message) has Argosy's names only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
-from argosy.server.outputs import RequestOutput
+from argosy.server.outputs import LoRAStats, RequestOutput
 
 _LATENCY_BUCKETS = (
     0.005,
@@ -135,6 +136,12 @@ class ServerMetrics:
             [*labels, "waiting_for"],
             registry=r,
         )
+        self.lora_config_errors = Counter(
+            "argosy_lora_config_file_errors",
+            "Entries of --lora-config-file that could not be applied (each is logged), and unreadable reads",
+            labels,
+            registry=r,
+        )
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
         for series in (
             self.prompt_tokens,
@@ -157,6 +164,7 @@ class ServerMetrics:
         self._last_token_time: dict[str, float] = {}  # of each request in flight that has one
         self._engine_totals = (0, 0, 0)
         self._num_steps = 0
+        self._refresh_lora: Callable[[], None] | None = None
 
     def label(self, metric):
         return metric.labels(model_name=self.model_name)
@@ -168,6 +176,41 @@ class ServerMetrics:
         info = Gauge("vllm:cache_config_info", "The KV cache's configuration", names, registry=self.registry)
         values = (self.model_name, str(block_size), str(num_blocks), str(prefix_caching))
         info.labels(*values).set(1)
+
+    def bind_lora(self, read: Callable[[], LoRAStats | None]) -> None:
+        """With LoRA on: vLLM's `lora_requests_info`, whose value is when its labels were last
+        true (the Inference Extension's LoRA-affinity scorer reads the newest series: the old
+        one goes when the labels change), and `argosy_lora_adapters_loaded{adapter, tier}`,
+        which shows adapters loaded but idle too."""
+        names = ["max_lora", "waiting_lora_adapters", "running_lora_adapters"]
+        doc = "Adapters of the running and waiting requests; the value is when the labels were last true"
+        info = Gauge("vllm:lora_requests_info", doc, names, registry=self.registry)
+        loaded = Gauge(
+            "argosy_lora_adapters_loaded",
+            "LoRA adapters loaded: in a device slot (tier device) or in host memory only (tier host)",
+            ["model_name", "adapter", "tier"],
+            registry=self.registry,
+        )
+        last: list[tuple[str, ...]] = []
+
+        def refresh() -> None:
+            stats = read()
+            if stats is None:
+                return
+            labels = (str(stats.max_loras), ",".join(stats.waiting), ",".join(stats.running))
+            if last and last[0] != labels:
+                info.remove(*last[0])
+            last[:] = [labels]
+            info.labels(*labels).set_to_current_time()
+            loaded.clear()
+            for tier, adapters in (("device", stats.device), ("host", stats.host)):
+                for adapter in adapters:
+                    loaded.labels(self.model_name, adapter, tier).set(1)
+
+        self._refresh_lora = refresh
+
+    def count_lora_config_error(self, message: str) -> None:
+        self.lora_config_errors.labels(model_name=self.model_name).inc()
 
     def bind_gauges(self, num_waiting, num_running, kv_usage, stall_seconds) -> None:
         """Gauges read these callables whenever Prometheus scrapes."""
@@ -230,4 +273,6 @@ class ServerMetrics:
         self._engine_totals = (preemptions, prefix_queries, prefix_hits)
 
     def render(self) -> bytes:
+        if self._refresh_lora is not None:
+            self._refresh_lora()
         return generate_latest(self.registry)

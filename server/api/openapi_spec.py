@@ -15,7 +15,8 @@ from argosy.server.api.error_responses import ErrorBody
 ERRORS = {
     400: "invalid JSON, or a field out of range (`param` names it)",
     401: "a missing or wrong API key (when the server has one)",
-    404: "a model this server does not serve",
+    404: "a model or adapter this server does not serve",
+    409: "an adapter name already loaded (without load_inplace)",
     408: "the request body arrived too slowly",
     413: "the request body is too large",
     415: "the request body is not declared application/json",

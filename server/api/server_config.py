@@ -14,6 +14,8 @@ from argosy.server.exceptions import ArgosyError, InvalidRequestError
 from argosy.server.interface import API_KEY_ENV, SERVER_PORT
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME
 
+RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"  # vLLM's, which KubeAI and AIBrix set
+
 
 @dataclass
 class ServerConfig:
@@ -38,8 +40,24 @@ class ServerConfig:
         "ping while idle, before it counts as hung: it is killed, what is in flight fails, and the server exits 70",
     )
     log_format: Literal["json", "text"] = setting("json", "one JSON object per line, or text")
+    lora_modules: list[str] = setting(
+        [], 'a LoRA adapter served from the start: NAME=PATH, or JSON {"name": ..., "path": ...}'
+    )
+    allow_runtime_lora_updating: bool = setting(
+        False, "serve /v1/load_lora_adapter and /v1/unload_lora_adapter", env=RUNTIME_LORA_ENV
+    )
+    lora_config_file: str | None = setting(
+        None,
+        'a file listing the adapters to serve (JSON: [{"name", "path"}]), watched: adapters added, removed or '
+        "changed there are loaded, unloaded or reloaded",
+    )
 
     def __post_init__(self) -> None:
+        if isinstance(self.allow_runtime_lora_updating, str):  # from the environment
+            self.allow_runtime_lora_updating = self.allow_runtime_lora_updating.strip().lower() in ("1", "true", "yes")
+        for name in ("lora_modules", "lora_config_file", "allow_runtime_lora_updating"):
+            if getattr(self, name) and not self.engine.enable_lora:
+                raise InvalidRequestError(f"{name} needs LoRA on (--enable-lora)", param=name)
         if not self.engine_step_timeout > 0:
             raise InvalidRequestError(
                 f"engine_step_timeout must be positive, got {self.engine_step_timeout}", param="engine_step_timeout"

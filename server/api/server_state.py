@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from argosy.server.api.adapters import ServedAdapters
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.server_config import ServerConfig
+from argosy.server.exceptions import NotFoundError
+from argosy.server.lora.request import AdapterRef
 
 
 @dataclass
@@ -15,6 +18,7 @@ class ServerState:
     config: ServerConfig
     metrics: ServerMetrics
     client: EngineClient | None = None  # set once the model is loaded
+    adapters: ServedAdapters | None = None  # with LoRA on, once the model is loaded
     failure: str | None = None  # why the server must exit: the model did not load, or the core died
     exit_code: int = 0  # of `argosy serve`, set with `failure`
     draining: bool = False
@@ -26,6 +30,14 @@ class ServerState:
     @property
     def model_name(self) -> str:
         return self.config.model_name
+
+    def resolve_model(self, model: str) -> AdapterRef | None:
+        """The adapter a request's `model` names (None: the base model); 404 for any other name."""
+        if self.adapters is not None:
+            return self.adapters.resolve(model)
+        if model != self.model_name:
+            raise NotFoundError(f"The model `{model}` does not exist.", param="model")
+        return None
 
     @property
     def idle(self) -> bool:

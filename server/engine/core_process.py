@@ -83,6 +83,13 @@ class EngineCoreProc:
                 self.core.abort(request_id)
         elif isinstance(command, protocol.FinishSequences):
             self.core.finish_sequences(command.sequences)
+        elif isinstance(command, protocol.LoadAdapter):
+            try:
+                self.core.load_adapter(command.ref)
+            except Exception:  # the API process checked the folder; requests naming it fail alone
+                log.exception("could not read adapter %s into host memory", command.ref.name)
+        elif isinstance(command, protocol.RetireAdapter):
+            self.core.retire_adapter(command.digest)
         return None  # a Ping is answered by the message this pass of the loop sends
 
     def _step(self) -> tuple[list[protocol.EngineCoreOutput], list[protocol.RequestFailed], str | None]:

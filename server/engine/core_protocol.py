@@ -33,6 +33,18 @@ class FinishSequences(msgspec.Struct, array_like=True, tag=True):
     sequences: list[tuple[str, int]]
 
 
+class LoadAdapter(msgspec.Struct, array_like=True, tag=True):
+    """An adapter now served by name: read it into host memory (served again if retired)."""
+
+    ref: AdapterRef
+
+
+class RetireAdapter(msgspec.Struct, array_like=True, tag=True):
+    """No name stands for these weights any more: they go once no request uses them."""
+
+    digest: str
+
+
 class Shutdown(msgspec.Struct, array_like=True, tag=True):
     pass
 
@@ -42,7 +54,7 @@ class Ping(msgspec.Struct, array_like=True, tag=True):
     that takes commands sends one), so the answer proves the loop turns, not just the process."""
 
 
-CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | Shutdown | Ping
+CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | LoadAdapter | RetireAdapter | Shutdown | Ping
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):

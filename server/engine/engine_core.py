@@ -26,10 +26,11 @@ from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.executor import Executor, make_executor
 from argosy.server.executor.plan import StepResult, TokenLogprobs
 from argosy.server.lora.manager import LoRAManager
+from argosy.server.lora.request import AdapterRef
 from argosy.server.lora.slots import LoRASlots
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.outputs import EngineStats
+from argosy.server.outputs import EngineStats, LoRAStats
 from argosy.server.text.tokenizer import Tokenizer
 
 log = logging.getLogger("argosy.engine")
@@ -103,6 +104,19 @@ class EngineCore:
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
+
+    def load_adapter(self, ref: AdapterRef) -> None:
+        """An adapter registered while serving: into host memory now, served again if retired."""
+        self._lora_on().load(ref)
+
+    def retire_adapter(self, digest: str) -> None:
+        """No name stands for these weights any more: they leave once no request uses them."""
+        self._lora_on().retire(digest)
+
+    def _lora_on(self) -> LoRAManager:
+        if self.lora is None:
+            raise InvalidRequestError("LoRA is off (start with --enable-lora)", param="lora_name")
+        return self.lora
 
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
@@ -190,7 +204,16 @@ class EngineCore:
             prefix_cache_queries=self.kv.prefix_cache_queries,
             prefix_cache_hits=self.kv.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
+            lora=None if self.lora is None else self._lora_stats(),
         )
+
+    def _lora_stats(self) -> LoRAStats:
+        def names(seqs) -> list[str]:
+            return sorted({s.request.lora.name for s in seqs if s.request.lora is not None})
+
+        loaded, scheduler = self.lora.loaded(), self.scheduler
+        running, waiting = names(scheduler.running), names(scheduler.waiting)
+        return LoRAStats(len(self.lora.slots.refs), running, waiting, loaded["device"], loaded["host"])
 
 
 def _tokenizer_eos(tokenizer: Tokenizer) -> tuple[int, ...]:

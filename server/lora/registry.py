@@ -6,21 +6,19 @@ afterwards."""
 
 from __future__ import annotations
 
-import re
+import threading
 
 from argosy.server.exceptions import ConflictError, InvalidRequestError, NotFoundError
 from argosy.server.lora.adapter_folder import inspect_adapter
-from argosy.server.lora.request import AdapterRef
+from argosy.server.lora.request import NAME, AdapterRef
 from argosy.server.models.model_config import ModelConfig
-
-# What a model name may be: what Kubernetes and routers carry in labels and headers without quoting.
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$")
 
 
 class AdapterRegistry:
     def __init__(self, model: ModelConfig, max_rank: int, base_name: str):
         self.model, self.max_rank, self.base_name = model, max_rank, base_name
         self.refs: dict[str, AdapterRef] = {}
+        self._lock = threading.Lock()  # registering reads the folder off the event loop, maybe twice at once
 
     def get(self, name: str) -> AdapterRef | None:
         return self.refs.get(name)
@@ -36,15 +34,20 @@ class AdapterRegistry:
             )
         if name == self.base_name:
             raise InvalidRequestError(f"adapter name {name!r} is the base model's name", param="lora_name")
-        old = self.refs.get(name)
-        if old is not None and not replace:
+        self._check_free(name, replace)
+        folder = inspect_adapter(path, self.model, self.max_rank)
+        ref = AdapterRef(name, str(folder.path), folder.digest)
+        with self._lock:
+            self._check_free(name, replace)
+            old = self.refs.get(name)
+            self.refs[name] = ref
+        return ref, old
+
+    def _check_free(self, name: str, replace: bool) -> None:
+        if name in self.refs and not replace:
             raise ConflictError(
                 f"adapter {name!r} is already loaded; unload it first, or load with load_inplace", param="lora_name"
             )
-        folder = inspect_adapter(path, self.model, self.max_rank)
-        ref = AdapterRef(name, str(folder.path), folder.digest)
-        self.refs[name] = ref
-        return ref, old
 
     def unregister(self, name: str) -> AdapterRef:
         """Raises NotFoundError (404) for a name not served."""

@@ -5,9 +5,13 @@ adapter's identity wherever KV blocks or device slots are shared."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import msgspec
+
+# What a model name may be: what Kubernetes and routers carry in labels and headers without quoting.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,252}$")
 
 
 @dataclass(frozen=True)

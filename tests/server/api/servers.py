@@ -96,13 +96,13 @@ def paused_core(server: RunningServer) -> Iterator[None]:
 
 
 def stream_in_background(
-    url: str, max_tokens: int, results: list, started: threading.Event | None = None, model: str = MODEL
+    url: str, max_tokens: int, results: list, started: threading.Event | None = None, model: str = MODEL, **fields
 ) -> threading.Thread:
     """A streamed completion in a thread: its server-sent events' data go into `results` (one
-    list per stream) once it ends; `started` is set at its first event."""
+    list per stream) once it ends; `started` is set at its first event. `fields`: more of the body."""
 
     def run() -> None:
-        body = {"model": model, "prompt": "once upon a time", "max_tokens": max_tokens, "stream": True}
+        body = {"model": model, "prompt": "once upon a time", "max_tokens": max_tokens, "stream": True, **fields}
         events = []
         with httpx.stream("POST", f"{url}/v1/completions", json={**body, "ignore_eos": True}, timeout=60) as r:
             for line in r.iter_lines():

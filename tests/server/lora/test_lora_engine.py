@@ -61,9 +61,15 @@ def test_greedy_tokens_equal_transformers_on_pefts_merged_weights(checkpoints, t
     assert base_tokens != got[0]  # the adapter changes the answer: the comparison can fail
 
 
-@pytest.mark.parametrize("graphs", [[], [1, 2, 4, 8]], ids=["eager", "graph-twin"])
-def test_a_step_mixing_four_adapters_and_the_base_gives_each_request_its_own_tokens(llama_checkpoint, adapters, graphs):
-    llm = tiny_llm(llama_checkpoint, enable_lora=True, max_loras=4, cuda_graph_sizes=graphs)
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"cuda_graph_sizes": [1, 2, 4, 8]}, {"cuda_graph_sizes": [1, 2, 4, 8], "attention_backend": "triton"}],
+    ids=["eager", "graph-twin", "triton-graph-twin"],
+)
+def test_a_step_mixing_four_adapters_and_the_base_gives_each_request_its_own_tokens(
+    llama_checkpoint, adapters, settings
+):
+    llm = tiny_llm(llama_checkpoint, enable_lora=True, max_loras=4, **settings)
     loras = [*adapters, None]
     expected = [reference(llama_checkpoint, p, lora) for p, lora in zip(PROMPTS, loras)]
     assert [alone(llm, p, lora) for p, lora in zip(PROMPTS, loras)] == expected

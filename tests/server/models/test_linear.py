@@ -21,14 +21,17 @@ FORMATS = [Linear, Fp8Linear, pytest.param(PackedLinear, marks=pytest.mark.skipi
 
 
 class LowRank(nn.Module):
-    """x A^T B^T: the shape of a LoRA adapter's term."""
+    """x A^T B^T: the shape of a LoRA adapter's term, added into the layer's output in place."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor):
         super().__init__()
         self.a, self.b = nn.Parameter(a), nn.Parameter(b)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def term(self, x: torch.Tensor) -> torch.Tensor:
         return x @ self.a.t() @ self.b.t()
+
+    def forward(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return out.add_(self.term(x))
 
 
 def test_a_plain_layer_is_f_linear_and_a_fresh_one_is_initialised_as_nn_linear():
@@ -51,7 +54,7 @@ def test_an_addition_adds_its_term_to_a_layer_of_any_format(cls):
     before = layer(x)
     term = LowRank(torch.randn(4, 48).bfloat16(), torch.randn(32, 4).bfloat16())
     layer.add(term)
-    assert torch.equal(layer(x), before + term(x))
+    assert torch.equal(layer(x), before + term.term(x))
     assert not torch.equal(layer(x), before)  # the term is not zero: the test could fail
 
 
