@@ -7,10 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from argosy.operator.adapters_config import ADAPTERS_MOUNT, adapters_file_path, lora_enabled
 from argosy.operator.kinds import DEPLOYMENT
 from argosy.operator.labels import labels, manifest, selector_labels
 from argosy.operator.owner import Owner
-from argosy.operator.spec import MODEL_MOUNT, InferenceServiceSpec, engine_flags
+from argosy.operator.spec import MODEL_MOUNT, InferenceServiceSpec, LoRASpec, engine_flags, serve_flags
 from argosy.server.interface import API_KEY_ENV, CACHE_ENV, HEALTH_PATH, LIVE_PATH, METRICS_PATH, SERVER_PORT
 
 RUN_AS_USER = 10001
@@ -39,16 +40,21 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
         "--log-format",
         "json",
     ]
-    for name, flag in engine_flags().items():
-        value = getattr(spec.engine, name)
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            args.append(flag if value else flag.replace("--", "--no-", 1))
-        elif isinstance(value, list):  # a repeatable flag
-            args += [arg for item in value for arg in (flag, str(item))]
-        else:
-            args += [flag, str(value)]
+    settings = [(spec.engine, engine_flags())]
+    if lora_enabled(spec):
+        args += ["--enable-lora", "--lora-config-file", adapters_file_path()]
+        settings.append((spec.lora or LoRASpec(), serve_flags(LoRASpec)))
+    for section, flags in settings:
+        for name, flag in flags.items():
+            value = getattr(section, name)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                args.append(flag if value else flag.replace("--", "--no-", 1))
+            elif isinstance(value, list):  # a repeatable flag
+                args += [arg for item in value for arg in (flag, str(item))]
+            else:
+                args += [flag, str(value)]
     return args
 
 
@@ -64,7 +70,7 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]
         "progressDeadlineSeconds": spec.startupTimeoutSeconds + PROGRESS_MARGIN_SECONDS,
         "template": {
             "metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
-            "spec": _pod_spec(spec),
+            "spec": _pod_spec(owner, spec),
         },
     }
     if spec.autoscaling is None:  # with autoscaling, the replica count belongs to KEDA's HPA
@@ -81,7 +87,7 @@ def _pod_annotations(spec: InferenceServiceSpec) -> dict[str, str]:
     }
 
 
-def _pod_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
+def _pod_spec(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [_container(spec)],
         "volumes": [
@@ -100,6 +106,8 @@ def _pod_spec(spec: InferenceServiceSpec) -> dict[str, Any]:
         },
         "enableServiceLinks": False,
     }
+    if lora_enabled(spec):
+        pod["volumes"].append({"name": "adapters", "configMap": {"name": owner.name}})
     node_selector = {**spec.model.nodeSelector, **spec.nodeSelector}
     optional = {
         "nodeSelector": node_selector,
@@ -135,6 +143,8 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
             {"name": "shm", "mountPath": "/dev/shm"},
             {"name": "tmp", "mountPath": "/tmp"},
+            # Not a subPath: only a whole-volume mount sees the kubelet's updates of the ConfigMap.
+            *([{"name": "adapters", "mountPath": ADAPTERS_MOUNT, "readOnly": True}] if lora_enabled(spec) else []),
         ],
         "startupProbe": {
             **health,

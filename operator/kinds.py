@@ -38,6 +38,7 @@ class Kind:
 
 DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
 SERVICE = Kind("", "v1", "services", "Service")
+CONFIG_MAP = Kind("", "v1", "configmaps", "ConfigMap")
 PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
 SCALED_OBJECT = Kind("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject")
 INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "inferencepools", "InferencePool")
@@ -46,4 +47,4 @@ GATEWAY = Kind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
 POD = Kind("", "v1", "pods", "Pod")
 INFERENCE_SERVICE = Kind(GROUP, VERSION, "inferenceservices", "InferenceService")
 # What the operator creates for an InferenceService (pods through the Deployment), and so watches.
-OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)

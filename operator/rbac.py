@@ -5,18 +5,27 @@ is read, watched and patched, its status written."""
 from __future__ import annotations
 
 from argosy.operator.crd import RESOURCES
-from argosy.operator.kinds import DEPLOYMENT, HTTP_ROUTE, INFERENCE_POOL, PDB, POD, SCALED_OBJECT, SERVICE
+from argosy.operator.kinds import (
+    CONFIG_MAP,
+    DEPLOYMENT,
+    HTTP_ROUTE,
+    INFERENCE_POOL,
+    PDB,
+    POD,
+    SCALED_OBJECT,
+    SERVICE,
+)
 
 Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # (apiGroup, resources, verbs)
 
 RULES: list[Rule] = [
     *((r.kind.group, (r.kind.plural,), ("get", "list", "watch", "patch")) for r in RESOURCES),
     *((r.kind.group, (f"{r.kind.plural}/status",), ("patch",)) for r in RESOURCES),
-    # What the operator builds: created, and patched back when it drifts; add-ons also deleted.
+    # What the operator builds: created, and patched back when it drifts; optional kinds also deleted.
     *((k.group, (k.plural,), ("get", "list", "watch", "create", "patch")) for k in (DEPLOYMENT, SERVICE, PDB)),
     *(
         (k.group, (k.plural,), ("get", "list", "watch", "create", "patch", "delete"))
-        for k in (SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+        for k in (CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
     ),
     (POD.group, (POD.plural,), ("list", "watch")),
     ("", ("events",), ("create",)),

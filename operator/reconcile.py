@@ -12,9 +12,20 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from argosy.operator.adapters_config import build_adapters_config_map, lora_enabled
 from argosy.operator.deployment import build_deployment
 from argosy.operator.drift import differences, last_applied, merge_patch, with_last_applied
-from argosy.operator.kinds import DEPLOYMENT, HTTP_ROUTE, INFERENCE_POOL, PDB, POD, SCALED_OBJECT, SERVICE, Kind
+from argosy.operator.kinds import (
+    CONFIG_MAP,
+    DEPLOYMENT,
+    HTTP_ROUTE,
+    INFERENCE_POOL,
+    PDB,
+    POD,
+    SCALED_OBJECT,
+    SERVICE,
+    Kind,
+)
 from argosy.operator.kube import KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
 from argosy.operator.owner import Owner
@@ -26,13 +37,14 @@ from argosy.operator.spec import InferenceServiceSpec
 from argosy.operator.status import Problem, compute_status
 
 # Kinds that come with add-ons: what the service needs them for, reported when they are missing.
-# In the order they go when the spec drops them: the ScaledObject before the replica count
-# returns to the Deployment, a route before the pool it sends to.
 ADD_ON_KINDS = {
     SCALED_OBJECT: ("KEDANotInstalled", "autoscaling needs KEDA"),
     HTTP_ROUTE: ("GatewayAPINotInstalled", "a route needs the Gateway API's CRDs"),
     INFERENCE_POOL: ("InferencePoolNotInstalled", "routing needs the Gateway API Inference Extension's CRDs"),
 }
+# Kinds only some specs have, in the order they go when the spec drops them: the ScaledObject
+# before the replica count returns to the Deployment, a route before the pool it sends to.
+OPTIONAL_KINDS = (SCALED_OBJECT, HTTP_ROUTE, INFERENCE_POOL, CONFIG_MAP)
 
 
 @dataclass
@@ -50,6 +62,8 @@ def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind
     ]
     if spec.autoscaling is not None:
         objects.append((SCALED_OBJECT, build_scaled_object(owner, spec)))
+    if lora_enabled(spec):
+        objects.append((CONFIG_MAP, build_adapters_config_map(owner, spec)))
     if spec.routing is not None:
         objects.append((INFERENCE_POOL, build_inference_pool(owner, spec.routing)))
         if spec.routing.route is not None:
@@ -58,9 +72,9 @@ def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind
 
 
 def dropped_kinds(desired: list[tuple[Kind, dict[str, Any]]]) -> list[Kind]:
-    """The add-on kinds that are not among the desired objects, in the order they go."""
+    """The optional kinds that are not among the desired objects, in the order they go."""
     wanted = {kind for kind, _ in desired}
-    return [kind for kind in ADD_ON_KINDS if kind not in wanted]
+    return [kind for kind in OPTIONAL_KINDS if kind not in wanted]
 
 
 def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:

@@ -31,9 +31,11 @@ from argosy.server.engine_config import (
     EngineConfig,
     Quantization,
 )
+from argosy.server.lora.request import NAME
 
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
 MODEL_MOUNT = "/models"
+MODEL_NAME_PATTERN = NAME.pattern.removeprefix("^").removesuffix("$")  # the server's rule for model names
 _SERVER = ServerConfig()
 
 
@@ -44,14 +46,18 @@ class ServeFlag:
     flag: str
 
 
-def engine_flags() -> dict[str, str]:
-    """EngineSpec's fields that are flags of `argosy serve`, with the flag of each."""
+def serve_flags(model: type[KubeModel]) -> dict[str, str]:
+    """A spec section's fields that are flags of `argosy serve`, with the flag of each."""
     return {
         name: marker.flag
-        for name, field in EngineSpec.model_fields.items()
+        for name, field in model.model_fields.items()
         for marker in field.metadata
         if isinstance(marker, ServeFlag)
     }
+
+
+def engine_flags() -> dict[str, str]:
+    return serve_flags(EngineSpec)
 
 
 # Each setting of `argosy serve`: its dataclass field, and the default configuration holding it.
@@ -229,6 +235,58 @@ class EngineSpec(KubeModel):
     )
 
 
+class LoRASpec(KubeModel):
+    """The server's LoRA limits; LoRA is on with this or with spec.adapters."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "!has(self.maxCpuLoras) || self.maxCpuLoras >= self.maxLoras",
+                "spec.lora.maxCpuLoras must be at least spec.lora.maxLoras",
+                ".maxCpuLoras",
+            )
+        )
+    )
+
+    maxLoras: int = serve_setting(
+        "max_loras", ge=1, le=256, description="Device slots: the most distinct adapters in one step (--max-loras)."
+    )
+    maxLoraRank: int = serve_setting(
+        "max_lora_rank", ge=1, le=512, description="The highest adapter rank served (--max-lora-rank)."
+    )
+    maxCpuLoras: int | None = serve_setting(
+        "max_cpu_loras",
+        ge=1,
+        description=(
+            "Adapters kept in host memory beyond those requests in flight use, least recently used evicted first "
+            "(--max-cpu-loras); default maxLoras."
+        ),
+    )
+
+
+class AdapterSpec(KubeModel):
+    """A LoRA adapter served beside the base model, by its own model name."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=f"^{MODEL_NAME_PATTERN}$",
+        description="The adapter's model name, as clients pass it in the OpenAI `model` field.",
+    )
+    path: str = Field(
+        min_length=1,
+        max_length=512,
+        json_schema_extra=rules(
+            cel(
+                "!self.startsWith('/') && !self.contains('..')",
+                "spec.adapters[].path must be relative to the model volume and must not contain '..'",
+            )
+        ),
+        description="PEFT adapter folder (adapter_config.json and adapter_model.safetensors) relative to the "
+        "model volume's root.",
+    )
+
+
 # The Gateway API's name patterns: a DNS label, and a DNS subdomain.
 _DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_NAME = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
@@ -377,7 +435,17 @@ class InferenceServiceSpec(KubeModel):
                 "spec.autoscaling.minReplicas may be 0 only with spec.routing: without the Endpoint Picker "
                 "holding requests, nothing could scale the service up from zero",
                 ".autoscaling.minReplicas",
-            )
+            ),
+            cel(
+                "!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+                "spec.adapters names must be unique",
+                ".adapters",
+            ),
+            cel(
+                "!has(self.adapters) || self.adapters.all(a, a.name != self.model.name)",
+                "spec.adapters names must differ from spec.model.name",
+                ".adapters",
+            ),
         )
     )
 
@@ -394,6 +462,16 @@ class InferenceServiceSpec(KubeModel):
     replicas: int = Field(1, ge=0, description="Replicas when autoscaling is off (also set by `kubectl scale`).")
     autoscaling: AutoscalingSpec | None = None
     routing: RoutingSpec | None = None
+    lora: LoRASpec | None = None
+    adapters: list[AdapterSpec] = Field(
+        default_factory=list,
+        max_length=256,
+        description=(
+            "LoRA adapters served beside the base model, read from the model volume. They are written to a "
+            "ConfigMap the pods watch: changing them loads and unloads adapters in the running servers, with no "
+            "rollout."
+        ),
+    )
     nodeSelector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels, merged with spec.model.nodeSelector."
     )

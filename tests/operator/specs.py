@@ -16,7 +16,15 @@ AUTOSCALING = {
 }
 ROUTING = {"endpointPicker": {"name": "llama-epp"}}
 
+ADAPTERS = [{"name": "sql-tuned", "path": "adapters/sql"}, {"name": "support/v2", "path": "adapters/support-v2"}]
+
 SPECS = {
+    "lora": {
+        "model": MODEL,
+        "lora": {"maxLoras": 4, "maxLoraRank": 64, "maxCpuLoras": 8},
+        "adapters": ADAPTERS,
+    },
+    "adapters-only": {"model": MODEL, "adapters": ADAPTERS[:1]},
     "plain-gpu": {"model": MODEL, "resources": {"limits": {"nvidia.com/gpu": 1}}},
     "pvc": {
         "model": {"name": "qwen3-8b", "path": "Qwen3-8B", "persistentVolumeClaim": {"claimName": "models"}},

@@ -9,6 +9,7 @@ import re
 import kubernetes_validate
 import pytest
 
+from argosy.operator.adapters_config import build_adapters_config_map
 from argosy.operator.deployment import build_deployment, server_args
 from argosy.operator.owner import Owner
 from argosy.operator.reconcile import desired_objects
@@ -17,6 +18,7 @@ from argosy.operator.service import build_pdb, build_service
 from argosy.operator.spec import EngineSpec, InferenceServiceSpec, engine_flags
 from argosy.server.api.serve_command import add_serve_args, server_config
 from argosy.server.engine_config import EngineConfig
+from argosy.server.lora.config_file import parse_adapters
 from tests.operator.crd_schema import ADD_ON_CRDS, add_on_rejections, admit
 from tests.operator.specs import SPECS
 
@@ -217,3 +219,42 @@ def test_engine_defaults_are_the_servers():
         defaults.max_waiting_requests,
         defaults.shutdown_timeout,
     )
+
+
+def test_adapters_are_a_watched_config_map_and_changing_them_rolls_nothing():
+    spec = spec_of("lora")
+    args = server_args(spec)
+    flags = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--") and not args[i + 1].startswith("--")}
+    assert "--enable-lora" in args and flags["--lora-config-file"] == "/etc/argosy/adapters/adapters.json"
+    assert (flags["--max-loras"], flags["--max-lora-rank"], flags["--max-cpu-loras"]) == ("4", "64", "8")
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    config = server_config(parser.parse_args(args[1:]))
+    assert config.engine.enable_lora and config.engine.max_loras == 4 and config.lora_config_file is not None
+    objects = {kind.kind: obj for kind, obj in desired_objects(OWNER, spec)}
+    listing = parse_adapters(objects["ConfigMap"]["data"]["adapters.json"])
+    assert listing.errors == [] and [(e.name, e.path) for e in listing.entries] == [
+        ("sql-tuned", "/models/adapters/sql"),
+        ("support/v2", "/models/adapters/support-v2"),
+    ]
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "adapters", "configMap": {"name": "svc"}} in pod["volumes"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "adapters")
+    assert mount == {"name": "adapters", "mountPath": "/etc/argosy/adapters", "readOnly": True}  # no subPath
+    # Other adapters: another ConfigMap, the very same Deployment.
+    changed = spec.model_copy(update={"adapters": spec.adapters[:1]})
+    assert build_deployment(OWNER, changed) == objects["Deployment"]
+    assert build_adapters_config_map(OWNER, changed) != objects["ConfigMap"]
+    # Without LoRA: no ConfigMap, no flag.
+    plain = spec_of("plain-gpu")
+    assert "ConfigMap" not in {kind.kind for kind, _ in desired_objects(OWNER, plain)}
+    assert "--enable-lora" not in server_args(plain)
+
+
+def test_adapters_alone_turn_lora_on_with_the_servers_limits():
+    args = server_args(spec_of("adapters-only"))
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    engine = server_config(parser.parse_args(args[1:])).engine
+    default = EngineConfig()
+    assert engine.enable_lora and (engine.max_loras, engine.max_lora_rank) == (default.max_loras, default.max_lora_rank)

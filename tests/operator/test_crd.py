@@ -9,7 +9,7 @@ import pytest
 
 from argosy.operator import crd
 from tests.operator.crd_schema import admit, load_crd, openapi_schema
-from tests.operator.specs import AUTOSCALING, MODEL, ROUTING, SPECS
+from tests.operator.specs import ADAPTERS, AUTOSCALING, MODEL, ROUTING, SPECS
 
 CRD = load_crd()
 ROUTE = {"gateway": {"name": "inference-gateway"}}
@@ -105,6 +105,14 @@ BAD = [
     (with_("disruptionBudget", {"maxUnavailable": -1}), ["spec.disruptionBudget.maxUnavailable"]),
     (with_("disruptionBudget", {"maxUnavailable": "1"}), ["spec.disruptionBudget.maxUnavailable"]),
     (with_("rollout", {"maxSurge": 0, "maxUnavailable": "0%"}), ["spec.rollout", "both be zero"]),
+    (with_("adapters", [*ADAPTERS, ADAPTERS[0]]), ["spec.adapters", "unique"]),
+    (with_("adapters", [{"name": MODEL["name"], "path": "a"}]), ["spec.adapters", "differ from spec.model.name"]),
+    (with_("adapters", [{"name": "bad name", "path": "a"}]), ["spec.adapters.0.name"]),
+    (with_("adapters", [{"name": "a", "path": "/abs"}]), ["spec.adapters[].path", "relative"]),
+    (with_("adapters", [{"name": "a", "path": "../up"}]), ["spec.adapters[].path", "'..'"]),
+    (with_("adapters", [{"name": "a"}]), ["spec.adapters.0", "path", "required"]),
+    (with_("lora", {"maxLoras": 4, "maxCpuLoras": 2}), ["spec.lora.maxCpuLoras", "at least"]),
+    (with_("lora", {"maxLoraRank": 0}), ["spec.lora.maxLoraRank", "minimum"]),
 ]
 
 
@@ -128,11 +136,11 @@ def test_every_cel_rule_has_a_failing_case():
 
     def collect(schema):
         rules.extend(r["message"] for r in schema.get("x-kubernetes-validations", []))
-        for sub in (schema.get("properties") or {}).values():
+        for sub in [*(schema.get("properties") or {}).values(), *([schema["items"]] if "items" in schema else [])]:
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 8
+    assert len(rules) == 12
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]

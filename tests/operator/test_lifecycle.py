@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from tests.operator.cluster import (
     AIS,
+    CONFIG_MAPS,
     DEPLOYMENTS,
     NS,
     PDBS,
@@ -160,6 +161,24 @@ async def test_replicas_follow_the_spec_without_autoscaling_and_keda_otherwise(c
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None, "replicas": 1}})
         await eventually(lambda: live(cluster, SCALED_OBJECTS, "llama") is None)
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama")["spec"]["replicas"] == 1)
+
+
+async def test_an_adapter_change_reaches_the_config_map_and_rolls_nothing(cluster):
+    adapters = [{"name": "sql", "path": "adapters/sql"}]
+    async with running_operator():
+        await create(cluster, inference_service(adapters=adapters))
+        config_map = await eventually(lambda: live(cluster, CONFIG_MAPS, "llama"))
+        assert '"/models/adapters/sql"' in config_map["data"]["adapters.json"]
+        assert "--enable-lora" in container(cluster)["args"]
+        generation = live(cluster, DEPLOYMENTS, "llama")["metadata"]["generation"]
+        since = len(list(cluster))
+        await patch(cluster, AIS, "llama", {"spec": {"adapters": [*adapters, {"name": "chat", "path": "adapters/c"}]}})
+        await eventually(lambda: '"chat"' in live(cluster, CONFIG_MAPS, "llama")["data"]["adapters.json"])
+        assert live(cluster, DEPLOYMENTS, "llama")["metadata"]["generation"] == generation
+        assert not [r for r in writes(cluster, since) if from_operator(r) and r.resource.plural == "deployments"]
+        await patch(cluster, AIS, "llama", {"spec": {"adapters": None}})  # LoRA off: a rollout, and no ConfigMap
+        await eventually(lambda: live(cluster, CONFIG_MAPS, "llama") is None)
+        await eventually(lambda: "--enable-lora" not in container(cluster)["args"])
 
 
 async def test_deletion_removes_everything_through_owner_references(cluster):

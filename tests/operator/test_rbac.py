@@ -6,6 +6,7 @@ from __future__ import annotations
 from argosy.operator.rbac import RULES
 from tests.operator.cluster import (
     AIS,
+    CONFIG_MAPS,
     DEPLOYMENTS,
     HTTP_ROUTES,
     INFERENCE_POOLS,
@@ -50,7 +51,9 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
     async with running_operator():
         autoscaling = {"maxReplicas": 3, "prometheusAddress": "http://prometheus:9090"}
         routing = {"endpointPicker": {"name": "llama-epp"}, "route": {"gateway": {"name": "gw"}}}
-        await cluster.post(path(AIS), json=inference_service(autoscaling=autoscaling, routing=routing))
+        adapters = [{"name": "sql", "path": "adapters/sql"}]
+        body = inference_service(autoscaling=autoscaling, routing=routing, adapters=adapters)
+        await cluster.post(path(AIS), json=body)
         await eventually(lambda: live(cluster, DEPLOYMENTS, "llama"))
         await mark_deployment_ready(cluster, "llama", ready=1)
         await patch(cluster, AIS, "llama", {"spec": {"autoscaling": {"maxReplicas": 5}}})
@@ -64,7 +67,10 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         ):  # someone's hand edits
             await patch(cluster, resource, "llama", drift)
             await eventually(lambda r=resource, d=drift: _restored(live(cluster, r, "llama")["spec"], d["spec"]))
-        await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None, "routing": None}})
+        await patch(cluster, CONFIG_MAPS, "llama", {"data": {"adapters.json": "[]"}})
+        await eventually(lambda: "sql" in live(cluster, CONFIG_MAPS, "llama")["data"]["adapters.json"])
+        await patch(cluster, AIS, "llama", {"spec": {"autoscaling": None, "routing": None, "adapters": None}})
+        await eventually(lambda: live(cluster, CONFIG_MAPS, "llama") is None)
         await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
         await eventually(lambda: live(cluster, INFERENCE_POOLS, "llama") is None)
         await eventually(lambda: granted() <= used(cluster), what="every granted call")
