@@ -37,8 +37,8 @@ class LLM:
         """`lora_request`: the adapter of every prompt, or one per prompt (None: the base model)."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
-        params = _per_prompt(sampling_params or SamplingParams(), prompts, "sampling_params")
-        loras = _per_prompt(lora_request, prompts, "lora_request")
+        params = _per_prompt(sampling_params or SamplingParams(), prompts, "sampling_params", "SamplingParams")
+        loras = _per_prompt(lora_request, prompts, "lora_request", "LoRARequests")
         return self._run([_prompt_of(p) for p in prompts], params, loras)
 
     def chat(
@@ -98,10 +98,10 @@ def _prompt_of(prompt: PromptInput) -> str | list[int]:
     raise InvalidRequestError("a prompt dict needs 'prompt' or 'prompt_token_ids'", param="prompt")
 
 
-def _per_prompt(value: Any, prompts: list, param: str) -> list:
+def _per_prompt(value: Any, prompts: list, param: str, what: str) -> list:
     """One value for every prompt, or a list of one each."""
     if not isinstance(value, list):
         return [value] * len(prompts)
     if len(value) != len(prompts):
-        raise InvalidRequestError(f"got {len(value)} {param} for {len(prompts)} prompts", param=param)
+        raise InvalidRequestError(f"got {len(value)} {what} for {len(prompts)} prompts", param=param)
     return value

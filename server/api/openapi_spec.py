@@ -24,6 +24,7 @@ ERRORS = {
     503: "the queue is full, the model is loading, or the server is draining (with Retry-After)",
 }
 GENERATION_ERRORS = (400, 401, 404, 408, 413, 415, 500, 503)
+BODY_ERRORS = (400, 401, 404, 408, 413, 415, 503)  # of a POST with a JSON body under /v1
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
