@@ -56,6 +56,20 @@ class LLM:
     def stats(self) -> EngineStats:
         return self.engine.stats()
 
+    def update_weights(self, model_path: str) -> None:
+        """Serves the checkpoint at `model_path` from now on (same tensors as the running one:
+        names, shapes, dtypes), swapped in place; raises CheckpointError, changing nothing,
+        when it does not match."""
+        self.engine.core.update_weights(model_path)
+
+    def sleep(self, level: int = 1) -> int:
+        """Frees the KV cache (level 1) and the weights too (level 2), as vLLM's sleep mode;
+        returns the bytes freed. Generating needs wake_up first."""
+        return self.engine.core.sleep(level)
+
+    def wake_up(self) -> None:
+        self.engine.core.wake_up()
+
     def reset_prefix_cache(self) -> bool:
         """Forgets every cached prompt block, as vLLM's; False while requests are in flight."""
         return self.engine.core.reset_prefix_cache()

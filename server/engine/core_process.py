@@ -90,7 +90,25 @@ class EngineCoreProc:
                 log.exception("could not read adapter %s into host memory", command.ref.name)
         elif isinstance(command, protocol.RetireAdapter):
             self.core.retire_adapter(command.digest)
+        elif isinstance(command, protocol.Control):
+            self.outputs.send(protocol.encode(self._control(command)))
         return None  # a Ping is answered by the message this pass of the loop sends
+
+    def _control(self, command: protocol.Control) -> protocol.ControlDone:
+        try:
+            if isinstance(command, protocol.UpdateWeights):
+                self.core.update_weights(command.model_path)
+            elif isinstance(command, protocol.Sleep):
+                return protocol.ControlDone(freed_bytes=self.core.sleep(command.level))
+            else:
+                self.core.wake_up()
+        except ArgosyError as exc:  # the command's fault: a checkpoint that does not fit, requests in flight
+            log.error("%s failed: %s", type(command).__name__, exc)
+            return protocol.ControlDone(str(exc), invalid=True)
+        except Exception as exc:
+            log.exception("%s failed", type(command).__name__)
+            return protocol.ControlDone(f"{type(command).__name__} failed: {type(exc).__name__}: {exc}")
+        return protocol.ControlDone()
 
     def _step(self) -> tuple[list[protocol.EngineCoreOutput], list[protocol.RequestFailed], str | None]:
         """One step: its outputs, the requests that failed, and why the device is broken (None

@@ -45,6 +45,25 @@ class RetireAdapter(msgspec.Struct, array_like=True, tag=True):
     digest: str
 
 
+class UpdateWeights(msgspec.Struct, array_like=True, tag=True):
+    """Swap in the checkpoint at `model_path` (nothing in flight); answered by ControlDone."""
+
+    model_path: str
+
+
+class Sleep(msgspec.Struct, array_like=True, tag=True):
+    """Free the KV cache (level 1) and the weights (level 2); answered by ControlDone."""
+
+    level: int
+
+
+class WakeUp(msgspec.Struct, array_like=True, tag=True):
+    """Bring back what Sleep freed; answered by ControlDone."""
+
+
+Control = UpdateWeights | Sleep | WakeUp
+
+
 class Shutdown(msgspec.Struct, array_like=True, tag=True):
     pass
 
@@ -54,7 +73,9 @@ class Ping(msgspec.Struct, array_like=True, tag=True):
     that takes commands sends one), so the answer proves the loop turns, not just the process."""
 
 
-CoreCommand = EngineCoreRequest | AbortRequests | FinishSequences | LoadAdapter | RetireAdapter | Shutdown | Ping
+CoreCommand = (
+    EngineCoreRequest | AbortRequests | FinishSequences | LoadAdapter | RetireAdapter | Control | Shutdown | Ping
+)
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -90,6 +111,15 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, tag=True):
     step_seconds: float | None = None  # how long this iteration's step took; None: no step ran
 
 
+class ControlDone(msgspec.Struct, array_like=True, tag=True):
+    """How a Control command ended: `error` None when it did; `invalid` when the command itself
+    was at fault (a checkpoint that does not match), not the engine."""
+
+    error: str | None = None
+    invalid: bool = False
+    freed_bytes: int = 0  # by a Sleep
+
+
 class CoreReady(msgspec.Struct, array_like=True, tag=True):
     stats: EngineStats
     startup: str  # the startup report line
@@ -103,7 +133,7 @@ class CoreFailed(msgspec.Struct, array_like=True, tag=True):
     exit_code: int
 
 
-CoreMessage = EngineCoreOutputs | CoreReady | CoreFailed
+CoreMessage = EngineCoreOutputs | ControlDone | CoreReady | CoreFailed
 
 encode = msgspec.msgpack.Encoder().encode
 decode_command = msgspec.msgpack.Decoder(CoreCommand).decode

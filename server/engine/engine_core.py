@@ -118,6 +118,30 @@ class EngineCore:
             raise InvalidRequestError("LoRA is off (start with --enable-lora)", param="lora_name")
         return self.lora
 
+    def update_weights(self, path: str) -> None:
+        """The checkpoint at `path` serves from now on; the prefix cache, computed with the old
+        weights, is emptied. Raises (changing nothing) for a checkpoint that does not match."""
+        self._check_idle("update the weights")
+        self.executor.update_weights(path)
+        self.kv.pool.reset_cache()
+
+    def sleep(self, level: int) -> int:
+        """Frees the KV cache (its blocks' contents go, and the prefix cache with them) and,
+        with level 2, the weights; returns the bytes freed."""
+        if level not in (1, 2):
+            raise InvalidRequestError(f"level must be 1 or 2, got {level}", param="level")
+        self._check_idle("sleep")
+        freed = self.executor.sleep(level)
+        self.kv.pool.reset_cache()
+        return freed
+
+    def wake_up(self) -> None:
+        self.executor.wake_up()
+
+    def _check_idle(self, what: str) -> None:
+        if self.requests:
+            raise InvalidRequestError(f"cannot {what} with {len(self.requests)} requests in flight")
+
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
         return self.kv.pool.reset_cache()

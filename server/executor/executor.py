@@ -2,7 +2,9 @@
 largest step, allocates the KV cache and captures graphs; `execute` runs one StepPlan and
 samples; `check_device` runs a one-token step to tell a broken batch from a broken device;
 `adapters` (with LoRA on, once started) holds the LoRA adapters in host memory, which the
-engine has read as requests name them and the plans' slot loads copy from.
+engine has read as requests name them and the plans' slot loads copy from. Between steps, with
+nothing in flight: `update_weights` swaps in a checkpoint's weights, `sleep` frees the KV cache
+(and the weights), `wake_up` brings them back.
 
 Today one executor runs in the engine core's process (the worker package's); a multi-process
 one (a worker per GPU, for tensor parallelism) takes the same plans."""
@@ -27,6 +29,12 @@ class Executor(Protocol):
     def execute(self, plan: StepPlan) -> StepResult: ...
 
     def check_device(self) -> None: ...
+
+    def update_weights(self, path: str) -> None: ...
+
+    def sleep(self, level: int) -> int: ...
+
+    def wake_up(self) -> None: ...
 
 
 def make_executor(

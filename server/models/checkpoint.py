@@ -47,3 +47,28 @@ def iter_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
                     yield name, f.get_tensor(name)
         except (SafetensorError, OSError, RuntimeError) as exc:
             raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
+
+
+def checkpoint_manifest(folder: str | Path) -> dict[str, tuple[list[int], str]]:
+    """Every tensor's name, shape and stored dtype, from the shards' headers (no tensor is read)."""
+    manifest = {}
+    for shard in find_shards(folder):
+        try:
+            with safe_open(str(shard), framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                    piece = f.get_slice(name)
+                    manifest[name] = (list(piece.get_shape()), piece.get_dtype())
+        except (SafetensorError, OSError, RuntimeError) as exc:
+            raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
+    return manifest
+
+
+def manifest_differences(running: dict, new: dict) -> list[str]:
+    """How a checkpoint's tensors differ from the running one's, each naming its tensor."""
+    found = [f"tensor {n!r} is missing" for n in sorted(running.keys() - new.keys())]
+    found += [f"tensor {n!r} is not in the running model" for n in sorted(new.keys() - running.keys())]
+    for name in sorted(running.keys() & new.keys()):
+        (shape, dtype), (new_shape, new_dtype) = running[name], new[name]
+        if (shape, dtype) != (new_shape, new_dtype):
+            found.append(f"tensor {name!r} is {new_dtype} {new_shape}, the running model's is {dtype} {shape}")
+    return found

@@ -51,6 +51,16 @@ class Linear(nn.Module):
     def process_weights(self) -> None:
         """Once the checkpoint is loaded: the weight into this layer's format."""
 
+    @torch.no_grad()
+    def reload(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> None:
+        """New weights as a checkpoint holds them ([out, in]; loaded in the model's `dtype`), into
+        this layer's format, in place: every tensor keeps its address (CUDA graphs replay on them)."""
+        device = next(iter(self.state_dict(keep_vars=True).values())).device
+        fresh = type(self).from_weight(weight.to(device, dtype), None if bias is None else bias.to(device, dtype))
+        mine = dict(self.named_parameters(recurse=False)) | dict(self.named_buffers(recurse=False))
+        for name, tensor in [*fresh.named_parameters(recurse=False), *fresh.named_buffers(recurse=False)]:
+            mine[name].copy_(tensor)
+
     def product(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, self.weight, self.bias)
 

@@ -90,6 +90,11 @@ class DecodeGraphs:
                 pool = graph.pool()
                 self.captured[size, adapters] = CapturedDecode(meta, graph, hidden)
 
+    def release(self) -> None:
+        """Forgets the graphs and the KV cache they bound (asleep); capture binds them anew."""
+        self.captured.clear()
+        self.kv_cache = None
+
     def fits(self, chunks: list[SequenceChunk]) -> bool:
         return len(chunks) <= self.sizes[-1] and all(len(chunk.token_ids) == 1 for chunk in chunks)
 

@@ -109,3 +109,16 @@ class InProcessExecutor:
 
     def check_device(self) -> None:
         self.runner.check_device()
+
+    def update_weights(self, path: str) -> None:
+        self.runner.update_weights(path)
+        log.info("weights updated from %s", path)
+
+    def sleep(self, level: int) -> int:
+        freed = self.runner.sleep(level)
+        log.info("asleep at level %s: %.1f MiB freed", level, freed / (1 << 20))
+        return freed
+
+    def wake_up(self) -> None:
+        self.runner.wake_up()
+        log.info("awake")

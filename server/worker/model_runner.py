@@ -1,7 +1,11 @@
 """ModelRunner: owns the model and the KV cache on the device. A step is two parts: its inputs
 are prepared (step_inputs.py), then one forward pass returns the logits of the sequences to
 sample; decode steps go through CUDA graphs (cuda_graphs.py) when they are on. The
-memory-profiling pass goes through the same parts."""
+memory-profiling pass goes through the same parts.
+
+Between steps the weights may change: swapped in place for a new checkpoint's (the graphs keep
+their addresses), or, asleep, the KV cache freed (level 1) and the weights too (level 2), until
+wake-up allocates them again and captures the graphs anew."""
 
 from __future__ import annotations
 
@@ -16,8 +20,10 @@ from argosy.server.lora.device_weights import LoRAContext, LoRAWeights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.weight_swap import check_same_tensors, copy_weights, stage_checkpoint
 from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
+from argosy.server.worker.startup_report import tensor_bytes
 from argosy.server.worker.step_inputs import ModelInputs, SequenceChunk, prepare_inputs
 
 if TYPE_CHECKING:
@@ -33,34 +39,43 @@ class ModelRunner:
         device: torch.device,
         max_model_len: int,
     ):
-        self.cfg, self.dtype, self.device = model_config, dtype, device
+        self.dtype, self.device, self.engine_config = dtype, device, engine_config
         self.block_size, self.max_model_len = engine_config.block_size, max_model_len
         self.backend = select_backend(engine_config.attention_backend, device, model_config.num_kv_heads)
-        linears = LinearFactory.for_device(engine_config.quantization, device, dtype)
-        self.model = load_model(model_config, dtype, device, max_model_len, self.backend, linears)
         self.lora_context = LoRAContext()
         self.lora = None  # the adapters' device slots, with LoRA on
         if engine_config.enable_lora:
             self.lora = LoRAWeights(model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device)
-            self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
+        self.graphs_on = graphs_enabled(engine_config, device, self.backend)
+        # The null block: one cache block no sequence owns, which the padding rows of a
+        # graph's batch write to and read.
+        self.reserved_blocks = 1 if self.graphs_on else 0
+        self.num_blocks = 0  # of the sequences, once the KV cache is allocated
+        self.asleep = 0  # the sleep level: 0 awake, 1 without KV cache, 2 without weights either
+        self._load(model_config)
         self.kv_cache = self._empty_cache(0)
-        self.graphs = (
-            DecodeGraphs(
+
+    def _load(self, cfg: ModelConfig) -> None:
+        """The model from `cfg`'s checkpoint (cfg.path: where the weights serving come from),
+        with the LoRA layers attached, and the graphs over it (captured later)."""
+        config, device = self.engine_config, self.device
+        linears = LinearFactory.for_device(config.quantization, device, self.dtype)
+        self.cfg = cfg
+        self.model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears)
+        if self.lora is not None:
+            self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
+        self.graphs = None
+        if self.graphs_on:
+            self.graphs = DecodeGraphs(
                 self.model,
                 self.backend,
-                capture_sizes(engine_config.cuda_graph_sizes, engine_config.max_num_seqs),
-                -(-max_model_len // self.block_size),
+                capture_sizes(config.cuda_graph_sizes, config.max_num_seqs),
+                -(-self.max_model_len // self.block_size),
                 self.block_size,
-                max_model_len,
+                self.max_model_len,
                 device,
                 self.lora_context if self.lora is not None else None,
             )
-            if graphs_enabled(engine_config, device, self.backend)
-            else None
-        )
-        # The null block: one cache block no sequence owns, which the padding rows of a
-        # graph's batch write to and read.
-        self.reserved_blocks = 0 if self.graphs is None else 1
 
     def _empty_cache(self, num_blocks: int) -> torch.Tensor:
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities,
@@ -79,7 +94,53 @@ class ModelRunner:
 
     def allocate_kv_cache(self, num_blocks: int) -> None:
         """num_blocks for the sequences, then the reserved ones."""
+        self.num_blocks = num_blocks
         self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
+
+    def update_weights(self, path: str) -> None:
+        """The checkpoint at `path` serves from now on; raises CheckpointError, changing nothing,
+        when it does not match the running model. Asleep without weights, they are loaded now
+        (the KV cache waits for the wake-up)."""
+        if self.asleep == 2:
+            check_same_tensors(self.cfg.path, path)
+            self._load(dataclasses.replace(self.cfg, path=str(path)))
+            self.asleep = 1
+            return
+        staged = stage_checkpoint(self.cfg, path, self.dtype, self.max_model_len)  # raises before any copy
+        try:
+            copy_weights(staged, self.model, self.dtype)
+        except Exception:  # a device failure halfway: the serving weights go back whole
+            serving = stage_checkpoint(self.cfg, self.cfg.path, self.dtype, self.max_model_len)
+            copy_weights(serving, self.model, self.dtype)
+            raise
+        self.cfg = dataclasses.replace(self.cfg, path=str(path))
+
+    def sleep(self, level: int) -> int:
+        """Frees the KV cache (and with level 2 the weights); returns the bytes freed."""
+        before = self._held_bytes()
+        self.kv_cache = self._empty_cache(0)
+        if self.graphs is not None:
+            self.graphs.release()
+        if level == 2:
+            self.model = self.graphs = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.asleep = max(self.asleep, level)
+        return before - self._held_bytes()
+
+    def wake_up(self) -> None:
+        """Weights (from the checkpoint serving last) and KV cache back, kernels warmed, graphs captured."""
+        if self.asleep == 2:
+            self._load(self.cfg)
+        self.allocate_kv_cache(self.num_blocks)
+        self.warm_up()
+        self.capture_graphs()
+        self.asleep = 0
+
+    def _held_bytes(self) -> int:
+        if self.device.type == "cuda":
+            return torch.cuda.memory_allocated(self.device)
+        return self.kv_cache.nbytes + (0 if self.model is None else tensor_bytes(self.model))
 
     @torch.inference_mode()
     def warm_up(self) -> None:
