@@ -11,6 +11,7 @@ CACHE_ENV = "ARGOSY_CACHE"  # where the embedded default model is converted to
 HEALTH_PATH = "/health"  # readiness: the engine can serve now
 LIVE_PATH = "/live"  # liveness: the server can still recover by itself
 METRICS_PATH = "/metrics"
+SLEEP_PATHS = ("/sleep", "/wake_up", "/is_sleeping")  # vLLM's sleep mode, outside /v1
 
 # The gauges the autoscaler reads (each also under vLLM's name, for routers).
 WAITING_METRIC = "argosy_num_requests_waiting"

@@ -31,6 +31,7 @@ from argosy.server.api.openapi_spec import (
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
+from argosy.server.api.weight_routes import install_weight_routes
 from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
 from argosy.server.interface import HEALTH_PATH, LIVE_PATH, METRICS_PATH
@@ -130,24 +131,24 @@ def build_app(config: ServerConfig) -> FastAPI:
         app.add_middleware(APIKeyCheck, key=config.api_key)
     app.add_middleware(ResponsesInFlight, state=state)  # the outermost: it sees every response
 
-    def serving_engine() -> EngineClient:
+    def unavailable(message: str, code: str) -> APIError:
+        return APIError(
+            503, message, "service_unavailable_error", code=code, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+        )
+
+    def loaded_engine() -> EngineClient:
+        """The engine, loaded and alive, unless the server drains."""
         if state.draining:
-            raise APIError(
-                503,
-                "the server is shutting down",
-                "service_unavailable_error",
-                code="shutting_down",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
+            raise unavailable("the server is shutting down", "shutting_down")
         if state.client is None or state.failure is not None:
-            raise APIError(
-                503,
-                state.failure or "the model is loading",
-                "service_unavailable_error",
-                code="model_not_ready",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
+            raise unavailable(state.failure or "the model is loading", "model_not_ready")
         return state.client
+
+    def serving_engine(client: EngineClient = Depends(loaded_engine)) -> EngineClient:
+        """The engine, admitting requests: not asleep, no weight change under way."""
+        if (why := state.weights.unavailable) is not None:
+            raise unavailable(why, "weights_unavailable")
+        return client
 
     @app.get(HEALTH_PATH, response_class=Response, responses=HEALTH_RESPONSES)
     async def health() -> Response:
@@ -182,10 +183,12 @@ def build_app(config: ServerConfig) -> FastAPI:
             }
 
         base = card(state.model_name, state.config.engine.model or state.model_name, None)
+        base["weight_version"] = state.weights.version
         refs = [] if state.adapters is None else sorted(state.adapters.registry.refs.values(), key=lambda r: r.name)
         return {"object": "list", "data": [base, *(card(r.name, r.path, state.model_name) for r in refs)]}
 
     install_lora_routes(app, state, serving_engine)
+    install_weight_routes(app, state, loaded_engine)
 
     @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):

@@ -23,7 +23,7 @@ from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.exceptions import ArgosyError, EngineDeadError, EngineFailedError, InvalidRequestError
 from argosy.server.lora.request import AdapterRef
-from argosy.server.outputs import EngineStats
+from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import RequestOutputKind, SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
 
@@ -58,6 +58,8 @@ class EngineClient:
         self._sent = self._received = self._waiting = self._running = self._steps = 0
         self._stopped = False
         self.dead: str | None = None  # why the core is gone (or hung, and killed), once it is
+        self.weight_version = "0"  # of the weights serving: every response names it
+        self._control: asyncio.Future[protocol.ControlDone] | None = None  # the Control command awaiting its answer
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -150,6 +152,38 @@ class EngineClient:
         if self.dead is None:
             self.core.send(protocol.AbortRequests(request_ids))
 
+    def abort_in_flight(self) -> int:
+        """Ends every request in flight as aborted (finish_reason "abort", as their callers
+        see it) and has the core drop them; returns how many."""
+        ids = list(self._streams)
+        now = time.monotonic()
+        results, _ = self.outputs.process([out for r in ids for out in self.outputs.abort_outputs(r)], now)
+        self._deliver(results, now)
+        if ids:
+            self._abort(ids)
+        return len(ids)
+
+    async def wait_idle(self, poll: float = 0.02) -> None:
+        """Until no request is in flight (every response handed to its caller)."""
+        while self._streams and self.dead is None:
+            await asyncio.sleep(poll)
+
+    async def control(self, command: protocol.Control) -> protocol.ControlDone:
+        """Sends a Control command (nothing in flight) and waits for the core's answer; raises
+        InvalidRequestError when the command was at fault, EngineFailedError when the engine was."""
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+        self._control = asyncio.get_running_loop().create_future()
+        self.core.send(command)
+        self.watchdog.sent_work(time.monotonic())  # owed like a step: a hang is still caught
+        try:
+            done = await self._control
+        finally:
+            self._control = None
+        if done.error is not None:
+            raise InvalidRequestError(done.error) if done.invalid else EngineFailedError(done.error)
+        return done
+
     def abort_all(self, reason: str) -> None:
         """Ends every request in flight with EngineStoppedError (used when a drain times out)."""
         if self._streams:
@@ -169,6 +203,10 @@ class EngineClient:
             async for message in self.core.messages():
                 if isinstance(message, protocol.CoreFailed):
                     self._fail(f"the engine core failed: {message.message}")
+                elif isinstance(message, protocol.ControlDone):
+                    self.watchdog.heard(time.monotonic(), holds_work=False)
+                    if self._control is not None and not self._control.done():
+                        self._control.set_result(message)
                 else:
                     self._on_message(message)
         except Exception as exc:  # output processing, a stream, a metric: nothing may hang
@@ -216,6 +254,8 @@ class EngineClient:
         log.error("%s; the server stops", reason)
         self.core.kill()
         self._end_all(EngineDeadError(reason))
+        if self._control is not None and not self._control.done():
+            self._control.set_exception(EngineDeadError(reason))
 
     def _on_message(self, message: protocol.EngineCoreOutputs) -> None:
         now = time.monotonic()
@@ -234,10 +274,7 @@ class EngineClient:
             stream = self._streams.get(request_id)
             if stream is not None:
                 stream.put(EngineFailedError(why), now)
-        for result in results:
-            stream = self._streams.get(result.request_id)
-            if stream is not None:
-                stream.put(result, now)
+        self._deliver(results, now)
         self._stats = message.stats
         self._waiting, self._running = message.num_waiting_requests, message.num_running_requests
         self._steps = message.num_steps
@@ -245,6 +282,12 @@ class EngineClient:
         stats = self._stats
         self.metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
         self.metrics.observe_engine_step(message.num_steps, message.step_seconds)
+
+    def _deliver(self, results: list[RequestOutput], now: float) -> None:
+        for result in results:
+            stream = self._streams.get(result.request_id)
+            if stream is not None:
+                stream.put(result, now)
 
     async def shutdown(self) -> None:
         self._stopped = True

@@ -23,6 +23,7 @@ from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
+WEIGHT_VERSION_HEADER = "X-Weight-Version"  # which weights produced the response
 log = logging.getLogger("argosy.api")
 access_log = logging.getLogger("argosy.access")
 DISCONNECTED = object()  # what cancel_on_disconnect returns when the client went away
@@ -67,12 +68,13 @@ async def serve_call(
     requests, prepared = await prepare(request_id, lambda: build(request_id, params, lora))
     gen = Generation(client, request_id, requests)
     answer = reply(gen, params, prepared)
+    version = {WEIGHT_VERSION_HEADER: gen.weight_version}
     if body.streaming:
-        return StreamingResponse(answer.stream(), media_type="text/event-stream")
+        return StreamingResponse(answer.stream(), media_type="text/event-stream", headers=version)
     finals = await cancel_on_disconnect(http, gen.finals())
     if finals is DISCONNECTED:
         return client_closed()
-    return JSONResponse(answer.body(finals))
+    return JSONResponse({**answer.body(finals), "weight_version": gen.weight_version}, headers=version)
 
 
 async def prepare(request_id: str, build: Callable[[], Prepared]) -> Prepared:
@@ -95,6 +97,8 @@ class Generation:
     def __init__(self, client: EngineClient, request_id: str, requests: list[NewRequest]):
         self.request_id = request_id
         self.requests = requests
+        # Weights change only with nothing in flight: those serving now produce the whole answer.
+        self.weight_version = client.weight_version
         self.prompt_tokens = sum(len(r.prompt_token_ids) for r in requests)
         self.created = int(time.time())
         self._start = time.monotonic()

@@ -142,6 +142,13 @@ class ServerMetrics:
             labels,
             registry=r,
         )
+        self.weight_version = Gauge(
+            "argosy_weight_version",
+            "Weight updates applied since start; the label names the version serving",
+            [*labels, "version"],
+            registry=r,
+        )
+        self.set_weight_version("0", 0)
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
         for series in (
             self.prompt_tokens,
@@ -208,6 +215,10 @@ class ServerMetrics:
                     loaded.labels(self.model_name, adapter, tier).set(1)
 
         self._refresh_lora = refresh
+
+    def set_weight_version(self, version: str, updates: int) -> None:
+        self.weight_version.clear()
+        self.weight_version.labels(model_name=self.model_name, version=version).set(updates)
 
     def count_lora_config_error(self, message: str) -> None:
         self.lora_config_errors.labels(model_name=self.model_name).inc()

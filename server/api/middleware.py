@@ -7,6 +7,7 @@ import asyncio
 import hmac
 
 from argosy.server.api.error_responses import APIError, error_response
+from argosy.server.interface import SLEEP_PATHS
 
 
 def header(scope, name: bytes) -> bytes | None:
@@ -54,8 +55,9 @@ class ResponsesInFlight:
 
 
 class APIKeyCheck:
-    """Answers 401 to a /v1/* request without `Authorization: Bearer <key>`; /health, /live
-    and /metrics stay open for probes and scrapers. The key is compared in constant time."""
+    """Answers 401 to a /v1/* or sleep-mode request without `Authorization: Bearer <key>`;
+    /health, /live and /metrics stay open for probes and scrapers. The key is compared in
+    constant time."""
 
     def __init__(self, app, key: str):
         self.app, self.expected = app, key.encode()
@@ -65,12 +67,17 @@ class APIKeyCheck:
         return token is not None and hmac.compare_digest(token, self.expected)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/v1") and not self._allowed(scope):
+        if scope["type"] == "http" and _guarded(scope["path"]) and not self._allowed(scope):
             response = error_response(
                 APIError(401, "invalid or missing API key", "authentication_error", code="invalid_api_key")
             )
             return await response(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+def _guarded(path: str) -> bool:
+    """The API, and the sleep-mode routes that change what serves."""
+    return path.startswith("/v1") or path in SLEEP_PATHS
 
 
 class JSONBodies:

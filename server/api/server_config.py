@@ -52,6 +52,13 @@ class ServerConfig:
         "changed there are loaded, unloaded or reloaded",
     )
 
+    enable_weight_updates: bool = setting(
+        False, "serve /v1/update_weights_from_disk: new weights swapped in while serving (RL loops)"
+    )
+    enable_sleep_mode: bool = setting(
+        False, "serve /sleep, /wake_up and /is_sleeping: the KV cache and weights freed for a trainer on the GPU"
+    )
+
     def __post_init__(self) -> None:
         if isinstance(self.allow_runtime_lora_updating, str):  # from the environment
             self.allow_runtime_lora_updating = self.allow_runtime_lora_updating.strip().lower() in ("1", "true", "yes")

@@ -3,12 +3,13 @@ whether the server drains, and the failure that ends it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from argosy.server.api.adapters import ServedAdapters
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.server_config import ServerConfig
+from argosy.server.api.weights import WeightsControl
 from argosy.server.exceptions import NotFoundError
 from argosy.server.lora.request import AdapterRef
 
@@ -19,6 +20,7 @@ class ServerState:
     metrics: ServerMetrics
     client: EngineClient | None = None  # set once the model is loaded
     adapters: ServedAdapters | None = None  # with LoRA on, once the model is loaded
+    weights: WeightsControl = field(default_factory=WeightsControl)
     failure: str | None = None  # why the server must exit: the model did not load, or the core died
     exit_code: int = 0  # of `argosy serve`, set with `failure`
     draining: bool = False
@@ -51,10 +53,13 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.client is not None and self.live and self.failure is None and not self.draining
+        awake = self.weights.sleeping is None
+        return self.client is not None and self.live and self.failure is None and not self.draining and awake
 
     @property
     def unready_reason(self) -> str:
         if self.client is not None and self.client.dead is not None:
             return self.client.dead
+        if self.weights.sleeping is not None:
+            return "asleep"
         return "draining" if self.draining else self.failure or "loading"

@@ -74,16 +74,17 @@ async def stream_events(
     then usage if asked for, then [DONE]. An error mid-stream becomes an error event."""
     tracker = DeltaTracker()
     try:
+        version = {"weight_version": gen.weight_version}  # in every chunk, as in a whole body
         for payload in preamble:
-            yield sse(payload)
+            yield sse(payload | version)
         async for prompt_index, output in gen.outputs():
             for choice in output.outputs:
                 index = prompt_index * n + choice.index
                 delta = tracker.delta(index, choice, prefix(prompt_index))
                 if delta is not None:
-                    yield sse(chunk(index, delta))
+                    yield sse(chunk(index, delta) | version)
         if usage_chunk is not None:
-            yield sse(usage_chunk(gen.usage()))
+            yield sse(usage_chunk(gen.usage()) | version)
     except asyncio.CancelledError:
         raise
     except Exception as exc:

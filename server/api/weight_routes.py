@@ -48,6 +48,7 @@ def install_weight_routes(app: FastAPI, state: ServerState, loaded_engine: Calla
     @app.post("/v1/update_weights_from_disk", responses=errors(*BODY_ERRORS, 409))
     async def update_weights_from_disk(body: UpdateWeightsRequest, client: EngineClient = Depends(weight_updates)):
         aborted = await state.weights.update(client, body.model_path, body.mode, body.weight_version)
+        state.metrics.set_weight_version(state.weights.version, state.weights.num_updates)
         return {"weight_version": state.weights.version, "num_aborted_requests": aborted}
 
     @app.post("/sleep", responses=errors(400, 401, 404, 409, 503))

@@ -61,6 +61,18 @@ class OutputProcessor:
         """Forgets a request; False if it was not in flight."""
         return self.requests.pop(request_id, None) is not None
 
+    def abort_outputs(self, request_id: str) -> list[EngineCoreOutput]:
+        """Outputs that end every unfinished sequence of a request with finish_reason "abort"
+        (the server ends it, and its caller is to be told so): process them as the core's."""
+        state = self.requests.get(request_id)
+        if state is None:
+            return []
+        return [
+            EngineCoreOutput(request_id, index, [], finish_reason="abort")
+            for index in range(state.request.params.n)
+            if index not in state.seqs or state.seqs[index].finish_reason is None
+        ]
+
     def process(self, outputs: list[EngineCoreOutput], now: float) -> tuple[list[RequestOutput], list[tuple[str, int]]]:
         """The RequestOutputs of the requests that moved, and the sequences that a stop string
         ended while the core still runs them."""
@@ -126,6 +138,11 @@ class OutputProcessor:
         """Adds the new tokens up to the first that ends the sequence (the core's reason holds for
         its last token); True if a stop string ended a sequence the core still runs."""
         params, last = state.request.params, len(out.new_token_ids) - 1
+        if last < 0 and out.finish_reason is not None:  # ended with no new token: aborted
+            seq.finish_reason = out.finish_reason
+            state.num_finished += 1
+            seq.detokenizer.flush()
+            return False
         for i, token_id in enumerate(out.new_token_ids):
             seq.token_ids.append(token_id)
             seq.num_tokens += 1
