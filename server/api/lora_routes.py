@@ -10,14 +10,16 @@ import asyncio
 from collections.abc import Callable
 
 from fastapi import Depends, FastAPI
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict
 
 from argosy.server.api.adapters import ServedAdapters
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.error_responses import APIError
-from argosy.server.api.openapi_spec import BODY_ERRORS, errors
+from argosy.server.api.openapi_spec import BODY_ERRORS, body, errors
 from argosy.server.api.server_state import ServerState
+
+DONE = {200: body("text/plain", {"type": "string"}, "what was done, in a sentence (as vLLM answers)")}
 
 
 class LoadLoRAAdapterRequest(BaseModel):
@@ -48,14 +50,14 @@ def install_lora_routes(app: FastAPI, state: ServerState, serving_engine: Callab
             raise APIError(400, "LoRA is off: start with --enable-lora", "invalid_request_error")
         return state.adapters
 
-    @app.post("/v1/load_lora_adapter", response_class=PlainTextResponse, responses=errors(*BODY_ERRORS, 409))
+    @app.post("/v1/load_lora_adapter", response_class=Response, responses={**DONE, **errors(*BODY_ERRORS, 409)})
     async def load_lora_adapter(
         body: LoadLoRAAdapterRequest, adapters: ServedAdapters = Depends(runtime_updates)
     ) -> PlainTextResponse:
         await asyncio.to_thread(adapters.load, body.lora_name, body.lora_path, body.load_inplace)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
-    @app.post("/v1/unload_lora_adapter", response_class=PlainTextResponse, responses=errors(*BODY_ERRORS))
+    @app.post("/v1/unload_lora_adapter", response_class=Response, responses={**DONE, **errors(*BODY_ERRORS)})
     async def unload_lora_adapter(
         body: UnloadLoRAAdapterRequest, adapters: ServedAdapters = Depends(runtime_updates)
     ) -> PlainTextResponse:
