@@ -1,6 +1,6 @@
 """The decoder's elementwise ops on CPU: the C++ kernels of cpu_elementwise.cpp for bfloat16
 rows, the PyTorch reference of elementwise.py for every other dtype or layout (float32 runs,
-the per-head q/k norms)."""
+the per-head q/k norms); and the LoRA products of cpu_lora.cpp, float32 or bfloat16."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from argosy.kernels import cpu_kernels, elementwise
 from argosy.kernels.elementwise import LayerKernels
-from argosy.kernels.lora_ops import lora_runs
+from argosy.kernels.lora_ops import LoRABatch, LoRAStack, lora_runs
 
 
 def _bf16_rows(t: torch.Tensor) -> bool:
@@ -39,4 +39,12 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return cpu_kernels.cpu_kernels().silu_and_mul_bf16(x)
 
 
-CPU_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul, lora_runs)
+def lora(x: torch.Tensor, out: torch.Tensor, batch: LoRABatch, stack: LoRAStack) -> None:
+    """The C++ kernel: one call per layer, where PyTorch takes 1 + slices products per adapter."""
+    same = x.dtype == out.dtype == stack.a.dtype == stack.b.dtype and x.dtype in (torch.float32, torch.bfloat16)
+    if not same or x.stride(-1) != 1 or out.stride(-1) != 1:
+        return lora_runs(x, out, batch, stack)
+    cpu_kernels.cpu_kernels().lora_runs(x, out, stack.a, stack.b, list(stack.bounds), batch.run_table)
+
+
+CPU_KERNELS = LayerKernels(rms_norm, rotary, silu_and_mul, lora)

@@ -1,5 +1,5 @@
 """The CPU kernels (cpu_*.cpp: decode attention, greedy argmax, the bfloat16 elementwise ops,
-KV-cache writes), compiled on first use for this machine into one extension cached under
+KV-cache writes, the LoRA products), compiled on first use for this machine into one extension cached under
 TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++ compiler), their callers take the
 pure-PyTorch paths, with one warning."""
 
@@ -23,7 +23,7 @@ from argosy.kernels import kv_cache_ops
 log = logging.getLogger("argosy.kernels")
 SOURCES = [
     Path(__file__).with_name(f"cpu_{name}.cpp")
-    for name in ("attention", "argmax", "elementwise", "kv_cache", "bindings")
+    for name in ("attention", "argmax", "elementwise", "kv_cache", "lora", "bindings")
 ]
 HEADERS = sorted(Path(__file__).parent.glob("cpu_*.h"))
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path

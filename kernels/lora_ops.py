@@ -15,6 +15,7 @@ is one pair of matrix products per adapter in the step."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,11 @@ class LoRAStack:
 class LoRABatch:
     token_slots: torch.Tensor  # [tokens] on the device: each token's slot, -1 for none
     runs: list[tuple[int, int, int]]  # (slot, first token, end) of consecutive tokens of one slot (slots >= 0 only)
+
+    @functools.cached_property
+    def run_table(self) -> torch.Tensor:
+        """The runs as int64 [runs, 3] on the host, built once a step for every layer's kernel."""
+        return torch.tensor(self.runs, dtype=torch.long).reshape(-1, 3)
 
 
 def lora_reference(x: torch.Tensor, out: torch.Tensor, token_slots: torch.Tensor, stack: LoRAStack) -> None:
