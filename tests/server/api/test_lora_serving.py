@@ -139,6 +139,31 @@ def test_more_adapters_than_slots_at_once_all_finish_none_mixed(server, offline,
         assert unload(url, f"b{i}").status_code == 200
 
 
+def test_aborted_and_parallel_requests_give_their_slots_back(server, offline, folders):
+    url = server.url
+    for i in (2, 3):
+        assert load(url, f"c{i}", folders[i]).status_code == 200
+    for name in ("a0", "a1"):  # both slots taken by n = 2 streams, left midway
+        body = {"model": name, "prompt": PROMPT, "max_tokens": 300, "n": 2, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as stream:
+            next(stream.iter_lines())
+    # Were a slot still held, the request for the second of two new adapters could never run.
+    answers = {}
+    threads = [threading.Thread(target=lambda n=n: answers.update({n: complete(url, n, 8)})) for n in ("c2", "c3")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert {n: a.json()["choices"][0]["text"] for n, a in answers.items()} == {
+        "c2": expected(offline, folders[2], 8),
+        "c3": expected(offline, folders[3], 8),
+    }
+    info = [line for line in httpx.get(f"{url}/metrics").text.splitlines() if line.startswith("vllm:lora_requests")]
+    assert 'running_lora_adapters=""' in info[0] and 'waiting_lora_adapters=""' in info[0]
+    for i in (2, 3):
+        assert unload(url, f"c{i}").status_code == 200
+
+
 def test_bad_requests_name_the_field_or_file(server, folders, tmp_path):
     url = server.url
     bin_only = tmp_path / "bin"
