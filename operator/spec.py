@@ -31,11 +31,9 @@ from argosy.server.engine_config import (
     EngineConfig,
     Quantization,
 )
-from argosy.server.lora.request import NAME
 
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
 MODEL_MOUNT = "/models"
-MODEL_NAME_PATTERN = NAME.pattern.removeprefix("^").removesuffix("$")  # the server's rule for model names
 _SERVER = ServerConfig()
 
 
@@ -78,6 +76,26 @@ def serve_setting(setting: str, *, description: str, convert=None, **constraints
     return info
 
 
+def model_name_field(description: str) -> Any:
+    """A model name as the server takes them (a request's `model`), of at most 128 characters."""
+    return Field(min_length=1, max_length=128, pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$", description=description)
+
+
+def relative_path_field(field_path: str, description: str) -> Any:
+    """A folder inside the model volume: relative, never above its root."""
+    return Field(
+        min_length=1,
+        max_length=512,
+        json_schema_extra=rules(
+            cel(
+                "!self.startsWith('/') && !self.contains('..')",
+                f"{field_path} must be relative to the volume and must not contain '..'",
+            )
+        ),
+        description=description,
+    )
+
+
 class ModelSpec(KubeModel):
     """The checkpoint and where it lives."""
 
@@ -90,23 +108,11 @@ class ModelSpec(KubeModel):
         )
     )
 
-    name: str = Field(
-        min_length=1,
-        max_length=128,
-        pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
-        description="Served model name, as clients pass it in the OpenAI `model` field.",
-    )
-    path: str = Field(
-        min_length=1,
-        max_length=512,
-        json_schema_extra=rules(
-            cel(
-                "!self.startsWith('/') && !self.contains('..')",
-                "spec.model.path must be relative to the volume and must not contain '..'",
-            )
-        ),
-        description="Checkpoint folder (Hugging Face layout) relative to the volume root; mounted read-only "
-        "and passed to `argosy serve --model /models/<path>`.",
+    name: str = model_name_field("Served model name, as clients pass it in the OpenAI `model` field.")
+    path: str = relative_path_field(
+        "spec.model.path",
+        "Checkpoint folder (Hugging Face layout) relative to the volume root; mounted read-only and passed to "
+        "`argosy serve --model /models/<path>`.",
     )
     hostPath: str | None = Field(
         None,
@@ -267,23 +273,10 @@ class LoRASpec(KubeModel):
 class AdapterSpec(KubeModel):
     """A LoRA adapter served beside the base model, by its own model name."""
 
-    name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=f"^{MODEL_NAME_PATTERN}$",
-        description="The adapter's model name, as clients pass it in the OpenAI `model` field.",
-    )
-    path: str = Field(
-        min_length=1,
-        max_length=512,
-        json_schema_extra=rules(
-            cel(
-                "!self.startsWith('/') && !self.contains('..')",
-                "spec.adapters[].path must be relative to the model volume and must not contain '..'",
-            )
-        ),
-        description="PEFT adapter folder (adapter_config.json and adapter_model.safetensors) relative to the "
-        "model volume's root.",
+    name: str = model_name_field("The adapter's model name, as clients pass it in the OpenAI `model` field.")
+    path: str = relative_path_field(
+        "spec.adapters[].path",
+        "PEFT adapter folder (adapter_config.json and adapter_model.safetensors) relative to the model volume's root.",
     )
 
 
