@@ -47,11 +47,12 @@ class LLM:
         sampling_params: SamplingParams | None = None,
         add_generation_prompt: bool = True,
         chat_template: str | None = None,
+        lora_request: LoRARequest | None = None,
     ) -> list[RequestOutput]:
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         tokenizer = self.engine.tokenizer
         prompts = [tokenizer.encode_chat(c, add_generation_prompt, chat_template) for c in conversations]
-        return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts), [None] * len(prompts))
+        return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts), [lora_request] * len(prompts))
 
     def stats(self) -> EngineStats:
         return self.engine.stats()

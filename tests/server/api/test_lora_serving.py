@@ -81,6 +81,14 @@ def test_a_request_picks_its_adapter_by_model_and_models_lists_them(server, offl
             model=model, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True}
         )
         assert (out.model, out.choices[0].text) == (model, expected(offline, folder))
+    messages = [{"role": "user", "content": PROMPT}]
+    chat = client.chat.completions.create(model="a1", messages=messages, max_tokens=12, temperature=0)
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    lora = LoRARequest("a1", 1, str(folders[1]))
+    assert (chat.model, chat.choices[0].message.content) == (
+        "a1",
+        offline.chat(messages, params, lora_request=lora)[0].outputs[0].text,
+    )
     missing = complete(server.url, "nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
 
