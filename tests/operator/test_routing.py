@@ -75,9 +75,9 @@ def test_routing_objects_come_and_go_with_the_spec():
     def dropped(name: str) -> list[str]:
         return [k.kind for k in dropped_kinds(desired_objects(OWNER, spec_of(name)))]
 
-    assert dropped("plain-gpu") == ["ScaledObject", "HTTPRoute", "InferencePool"]
-    assert dropped("pool-only") == ["ScaledObject", "HTTPRoute"]
-    assert dropped("routed-from-zero") == []
+    assert dropped("plain-gpu") == ["ScaledObject", "HTTPRoute", "InferencePool", "ConfigMap"]
+    assert dropped("pool-only") == ["ScaledObject", "HTTPRoute", "ConfigMap"]
+    assert dropped("routed-from-zero") == ["ConfigMap"]
 
 
 def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
