@@ -13,13 +13,13 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.exceptions import InvalidRequestError, NotFoundError
-from argosy.server.lora.adapter_folder import WEIGHTS_FILE
-from argosy.server.lora.config_file import read_adapters_file
+from argosy.server.lora.adapter_folder import CONFIG_FILE, WEIGHTS_FILE
+from argosy.server.lora.config_file import parse_adapters
 from argosy.server.lora.registry import AdapterRegistry
 from argosy.server.lora.request import AdapterRef
 from argosy.server.models.default_model import resolve_model_path
@@ -52,9 +52,10 @@ class ServedAdapters:
             raise NotFoundError(f"The model `{model}` does not exist.", param="model")
         return ref
 
-    def load(self, name: str, path: str, replace: bool = False) -> AdapterRef:
-        """Blocking (it reads the folder): call it off the event loop."""
-        ref, old = self.registry.register(name, path, replace)
+    async def load(self, name: str, path: str, replace: bool = False) -> AdapterRef:
+        """The folder is read in a thread; the engine core is told from the event loop, which
+        alone writes to its socket (in order: a load never overtakes an earlier retire)."""
+        ref, old = await asyncio.to_thread(self.registry.register, name, path, replace)
         self._load(ref)
         if old is not None and old.digest != ref.digest:
             self._retire_unserved(old)
@@ -89,24 +90,24 @@ class AdaptersFileWatcher:
 
     def __init__(self, path: str, adapters: ServedAdapters, on_error: Callable[[str], None]):
         self.path, self.adapters, self.on_error = path, adapters, on_error
-        # name -> (path, its weights' mtime and size) as last loaded, or as last failed to load
-        self.applied: dict[str, tuple[str, tuple[int, int] | None]] = {}
-        self.failed: dict[str, tuple[str, tuple[int, int] | None]] = {}
+        # name -> (path, its files' mtimes and sizes) as last loaded, or as last failed to load
+        self.applied: dict[str, tuple[str, tuple[int, ...] | None]] = {}
+        self.failed: dict[str, tuple[str, tuple[int, ...] | None]] = {}
         self._text: str | None = None
 
     async def run(self) -> None:
         while True:
-            await asyncio.to_thread(self.sync)
+            await self.sync()
             await asyncio.sleep(WATCH_INTERVAL_SECONDS)
 
-    def sync(self) -> None:
+    async def sync(self) -> None:
         """Reads the file once and applies what changed since the last read."""
         try:
-            text = Path(self.path).read_text()
+            text = await asyncio.to_thread(Path(self.path).read_text)
             known = [*self.applied.values(), *self.failed.values()]
             if text == self._text and all(_stamp(p) == s for p, s in known):
                 return
-            listed = read_adapters_file(self.path)
+            listed = parse_adapters(text)
         except (OSError, ValueError) as exc:
             self._report(f"{self.path}: {exc}; the adapters stay as they are")
             return
@@ -117,19 +118,22 @@ class AdaptersFileWatcher:
         self.failed = {name: seen for name, seen in self.failed.items() if name in wanted}
         for name in [n for n in self.applied if n not in wanted]:
             del self.applied[name]
-            self._apply(name, "unloaded", lambda name=name: self.adapters.unload(name))
+            await self._apply(name, "unloaded", self._unload(name))
         for entry in listed.entries:
             seen = (entry.path, _stamp(entry.path))
             if self.applied.get(entry.name) == seen or self.failed.get(entry.name) == seen:
                 continue
             # Listed before (or loaded another way): the file's entry replaces it.
-            loaded = self._apply(entry.name, "loaded", lambda e=entry: self.adapters.load(e.name, e.path, True))
+            loaded = await self._apply(entry.name, "loaded", self.adapters.load(entry.name, entry.path, True))
             (self.applied if loaded else self.failed)[entry.name] = seen
             (self.failed if loaded else self.applied).pop(entry.name, None)
 
-    def _apply(self, name: str, what: str, change: Callable[[], object]) -> bool:
+    async def _unload(self, name: str) -> None:
+        self.adapters.unload(name)
+
+    async def _apply(self, name: str, what: str, change: Awaitable[object]) -> bool:
         try:
-            change()
+            await change
         except Exception as exc:  # one entry's failure never stops the others
             self._report(f"{self.path}: adapter {name!r}: {exc}")
             return False
@@ -141,13 +145,13 @@ class AdaptersFileWatcher:
         self.on_error(message)
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
-    """When the weights file last changed, and its size: a change is checked by its digest."""
+def _stamp(path: str) -> tuple[int, ...] | None:
+    """When the adapter's files last changed, and their sizes: a change is checked by its digest."""
     try:
-        st = os.stat(Path(path) / WEIGHTS_FILE)
+        files = [os.stat(Path(path) / name) for name in (WEIGHTS_FILE, CONFIG_FILE)]
     except OSError:
         return None
-    return st.st_mtime_ns, st.st_size
+    return tuple(n for st in files for n in (st.st_mtime_ns, st.st_size))
 
 
 def startup_adapters(config: ServerConfig) -> AdapterRegistry | None:

@@ -145,9 +145,10 @@ def build_app(config: ServerConfig) -> FastAPI:
         return state.client
 
     def serving_engine(client: EngineClient = Depends(loaded_engine)) -> EngineClient:
-        """The engine, admitting requests: not asleep, no weight change under way."""
-        if (why := state.weights.unavailable) is not None:
-            raise unavailable(why, "weights_unavailable")
+        """The engine, admitting requests: not asleep, no weight change under way (checked again
+        when a call's requests are submitted)."""
+        if client.unavailable is not None:
+            raise unavailable(client.unavailable, "weights_unavailable")
         return client
 
     @app.get(HEALTH_PATH, response_class=Response, responses=HEALTH_RESPONSES)

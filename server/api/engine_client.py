@@ -34,6 +34,10 @@ class EngineOverloadedError(ArgosyError):
     """The waiting queue is full; the client should retry later."""
 
 
+class EngineUnavailableError(ArgosyError):
+    """The engine admits nothing for now (asleep, or its weights changing); retry later."""
+
+
 class EngineStoppedError(ArgosyError):
     """The server is shutting down: the request was refused or cut short by the drain."""
 
@@ -59,6 +63,7 @@ class EngineClient:
         self._stopped = False
         self.dead: str | None = None  # why the core is gone (or hung, and killed), once it is
         self.weight_version = "0"  # of the weights serving: every response names it
+        self.unavailable: str | None = None  # why nothing is admitted now (asleep, weights changing)
         self._control: asyncio.Future[protocol.ControlDone] | None = None  # the Control command awaiting its answer
 
     @property
@@ -118,6 +123,8 @@ class EngineClient:
         one that does not fit now, a 503 (and nothing of it is queued, or counted)."""
         if self._stopped:
             raise EngineStoppedError("the engine is shutting down")
+        if self.unavailable is not None:  # checked again here: a call may have been prepared meanwhile
+            raise EngineUnavailableError(self.unavailable)
         if self.dead is not None:
             raise EngineDeadError(self.dead)
         if len(requests) > self.max_waiting_requests:
@@ -175,7 +182,7 @@ class EngineClient:
             raise EngineDeadError(self.dead)
         self._control = asyncio.get_running_loop().create_future()
         self.core.send(command)
-        self.watchdog.sent_work(time.monotonic())  # owed like a step: a hang is still caught
+        self.watchdog.sent_control(time.monotonic())
         try:
             done = await self._control
         finally:
@@ -240,6 +247,8 @@ class EngineClient:
     def _hang_reason(self, hang: Hang) -> str:
         if hang.waiting_for == "ping":
             return f"the engine core hung: it answered no ping for {hang.seconds:.1f} s while idle"
+        if hang.waiting_for == "control":
+            return f"the engine core hung: a weight change has not finished after {hang.seconds:.1f} s"
         ids = ", ".join(list(self._streams)[:8]) + (", ..." if len(self._streams) > 8 else "")
         return (
             f"the engine core hung: step {self._steps + 1} has not finished after {hang.seconds:.1f} s "

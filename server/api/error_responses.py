@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from argosy.server.api.engine_client import EngineOverloadedError, EngineStoppedError
+from argosy.server.api.engine_client import EngineOverloadedError, EngineStoppedError, EngineUnavailableError
 from argosy.server.api.request_stream import StreamStalledError
 from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 
@@ -72,6 +72,14 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, EngineFailedError):
         log.error("request failed: %s", exc)
         return APIError(500, str(exc), "internal_error")
+    if isinstance(exc, EngineUnavailableError):
+        return APIError(
+            503,
+            str(exc),
+            "service_unavailable_error",
+            code="weights_unavailable",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, EngineStoppedError):
         return APIError(
             503,
@@ -129,7 +137,15 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)
 
-    for cls in (APIError, InvalidRequestError, EngineOverloadedError, EngineStoppedError, EngineFailedError, Exception):
+    for cls in (
+        APIError,
+        InvalidRequestError,
+        EngineOverloadedError,
+        EngineUnavailableError,
+        EngineStoppedError,
+        EngineFailedError,
+        Exception,
+    ):
         app.add_exception_handler(cls, _known)
 
 

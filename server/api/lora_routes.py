@@ -6,7 +6,6 @@ an unknown name; 409: a name already loaded, unless `load_inplace`."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from fastapi import Depends, FastAPI
@@ -54,7 +53,7 @@ def install_lora_routes(app: FastAPI, state: ServerState, serving_engine: Callab
     async def load_lora_adapter(
         body: LoadLoRAAdapterRequest, adapters: ServedAdapters = Depends(runtime_updates)
     ) -> PlainTextResponse:
-        await asyncio.to_thread(adapters.load, body.lora_name, body.lora_path, body.load_inplace)
+        await adapters.load(body.lora_name, body.lora_path, body.load_inplace)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter", response_class=Response, responses={**DONE, **errors(*BODY_ERRORS)})

@@ -39,7 +39,7 @@ _LATENCY_BUCKETS = (
 )
 # Engine steps: milliseconds on a GPU, up to the watchdog's default timeout on a slow CPU.
 STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-HANG_KINDS = ("step", "ping")
+HANG_KINDS = ("step", "ping", "control")
 
 
 VLLM_NAMES = {

@@ -1,9 +1,11 @@
 """ProgressWatchdog: when the engine core owes the API process a message, and for how long.
 
-The core owes one while it holds work (each step ends with a message) and once it is pinged
-(its loop answers with one). A core that owes a message for longer than the timeout is hung:
-a stuck device call, a collective that never returns, a deadlock, a stopped process. While it
-owes nothing, silence past the ping interval earns a ping, so an idle core is checked too.
+The core owes one while it holds work (each step ends with a message), once it is pinged (its
+loop answers with one), and while it runs a control command (a weight update, a wake-up: they
+read checkpoints and capture graphs, so they get a limit of their own, CONTROL_TIMEOUT). A core
+that owes a message for longer than its limit is hung: a stuck device call, a collective that
+never returns, a deadlock, a stopped process. While it owes nothing, silence past the ping
+interval earns a ping, so an idle core is checked too.
 
 Decisions only, on times the caller passes (time.monotonic()): the engine client feeds it what
 it sends and receives and acts on what `poll` says."""
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 MAX_PING_INTERVAL = 5.0  # seconds of silence from an idle core before it is pinged
+CONTROL_TIMEOUT = 3600.0  # seconds a control command may take: a large checkpoint from a slow disk
 PING = "ping"
 
 
@@ -21,7 +24,7 @@ PING = "ping"
 class Hang:
     """The core has owed a message for `seconds`: a step's end, or a ping's answer."""
 
-    waiting_for: Literal["step", "ping"]
+    waiting_for: Literal["step", "ping", "control"]
     seconds: float
 
 
@@ -32,13 +35,17 @@ class ProgressWatchdog:
         self.tick = min(1.0, timeout / 10)  # how often the caller polls
         self._last_heard = now
         self._owed_since: float | None = None  # when the oldest unanswered obligation began
-        self._waiting_for: Literal["step", "ping"] = "step"
+        self._waiting_for: Literal["step", "ping", "control"] = "step"
         self.hang: Hang | None = None  # once declared, it stands
 
     def sent_work(self, now: float) -> None:
         """A request went to the core: it owes a step from now, unless it owed something already."""
         if self._owed_since is None:
             self._owed_since, self._waiting_for = now, "step"
+
+    def sent_control(self, now: float) -> None:
+        """A control command went to the core: it owes its answer within CONTROL_TIMEOUT."""
+        self._owed_since, self._waiting_for = now, "control"
 
     def heard(self, now: float, holds_work: bool) -> None:
         """A message came; the core owes the next step's from now if it still holds work."""
@@ -58,7 +65,8 @@ class ProgressWatchdog:
             self._owed_since, self._waiting_for = now, "ping"
             return PING
         stalled = now - self._owed_since
-        if stalled <= self.timeout or unread:
+        limit = max(self.timeout, CONTROL_TIMEOUT) if self._waiting_for == "control" else self.timeout
+        if stalled <= limit or unread:
             return None
         self.hang = Hang(self._waiting_for, stalled)
         return self.hang

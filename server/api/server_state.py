@@ -61,5 +61,5 @@ class ServerState:
         if self.client is not None and self.client.dead is not None:
             return self.client.dead
         if self.weights.sleeping is not None:
-            return "asleep"
+            return f"asleep (level {self.weights.sleeping})"
         return "draining" if self.draining else self.failure or "loading"

@@ -24,19 +24,21 @@ class WeightsControl:
         self.changing: str | None = None  # the change under way, while one is
         self._lock = asyncio.Lock()
 
-    @property
-    def unavailable(self) -> str | None:
-        """Why new requests are refused now (None: they are admitted)."""
+    def _admission(self, client: EngineClient) -> None:
+        """Tells the engine client why new requests are refused now (None: they are admitted)."""
         if self.changing is not None:
-            return f"the server is busy: {self.changing}"
-        if self.sleeping is not None:
-            return f"the server is asleep (level {self.sleeping}); POST /wake_up"
-        return None
+            client.unavailable = f"the server is busy: {self.changing}"
+        elif self.sleeping is not None:
+            client.unavailable = f"the server is asleep (level {self.sleeping}); POST /wake_up"
+        else:
+            client.unavailable = None
 
     async def update(self, client: EngineClient, path: str, mode: Literal["wait", "abort"], version: str | None) -> int:
         """Swaps in the checkpoint at `path`; returns the requests aborted to do it."""
         async with self._change(client, "updating the weights", mode) as aborted:
             await client.control(protocol.UpdateWeights(path))
+            if self.sleeping == 2:  # the weights are back; the KV cache waits for the wake-up
+                self.sleeping = 1
             self.num_updates += 1
             self.version = client.weight_version = version or str(self.num_updates)
         return aborted
@@ -67,9 +69,11 @@ class WeightsControl:
             raise InvalidRequestError(f"mode must be wait or abort, got {mode!r}", param="mode")
         async with self._lock:
             self.changing = what
+            self._admission(client)  # before the drain: nothing joins what it waits for
             try:
                 aborted = client.abort_in_flight() if mode == "abort" else 0
                 await client.wait_idle()
                 yield aborted
             finally:
                 self.changing = None
+                self._admission(client)

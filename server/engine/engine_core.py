@@ -56,10 +56,13 @@ class EngineCore:
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
         self._failed: list[RequestFailed] = []
+        self.asleep = False  # no KV cache (or no weights either) until wake_up
 
     def add_request(self, new: EngineCoreRequest) -> None:
         if new.request_id in self.requests:
             raise InvalidRequestError(f"request id {new.request_id!r} is already in use", param="request_id")
+        if self.asleep:
+            raise InvalidRequestError("the engine is asleep: wake it up first")
         request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time, lora=new.lora)
         if new.lora is not None:
             if self.lora is None:
@@ -133,10 +136,12 @@ class EngineCore:
         self._check_idle("sleep")
         freed = self.executor.sleep(level)
         self.kv.pool.reset_cache()
+        self.asleep = True
         return freed
 
     def wake_up(self) -> None:
         self.executor.wake_up()
+        self.asleep = False
 
     def _check_idle(self, what: str) -> None:
         if self.requests:
@@ -164,7 +169,13 @@ class EngineCore:
             item.seq.request.first_scheduled_time = item.seq.request.first_scheduled_time or now
         completing = [item.seq for item in scheduled.scheduled if item.completes]
         forks = self.parallel_sampling.forks(completing)
-        result = self.executor.execute(self.planner.plan(scheduled, completing, forks))
+        plan = self.planner.plan(scheduled, completing, forks)
+        try:
+            result = self.executor.execute(plan)
+        except Exception:
+            if self.lora is not None:  # a slot's load may not have happened
+                self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
+            raise
         self.scheduler.advance(scheduled)
         return self._append_sampled(self.parallel_sampling.targets(completing, forks), result)
 

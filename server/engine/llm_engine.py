@@ -61,8 +61,9 @@ class LLMEngine:
         ref = self.adapters.get(lora_request.lora_name)
         if ref is None or ref.path != str(lora_request.lora_path):
             ref, old = self.adapters.register(lora_request.lora_name, str(lora_request.lora_path), replace=True)
-            if old is not None and not self.adapters.is_served(old.digest):
-                self.core.lora.retire(old.digest)
+            self.core.load_adapter(ref)  # served (again, if its weights had been retired)
+            if old is not None and old.digest != ref.digest and not self.adapters.is_served(old.digest):
+                self.core.retire_adapter(old.digest)
         return ref
 
     def enqueue(self, request: NewRequest) -> None:

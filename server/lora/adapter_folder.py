@@ -4,7 +4,7 @@ and the names and shapes of its tensors from the safetensors header. Whatever ca
 exactly is refused, naming the file and the field: DoRA, modules_to_save, embedding or LM-head
 adapters, bias terms, per-module rank or alpha patterns, a rank above the server's limit, a
 pickled `.bin` adapter, shapes that do not fit the base model. Its identity is the digest of
-its weights file, never its name or place."""
+its weights file and their scaling, never its name or place."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class AdapterFolder:
     path: Path
     rank: int
     scaling: float  # alpha / r, or alpha / sqrt(r) with rslora
-    digest: str  # sha256 of the weights file, hex
+    digest: str  # sha256 of the weights file and the scaling applied to it, hex
     pairs: dict[tuple[int, str], tuple[str, str]]
 
     @property
@@ -101,7 +101,9 @@ def inspect_adapter(path: str | Path, model: ModelConfig, max_rank: int, data: b
                 f"(expected [{rank}, {fan_in}] and [{fan_out}, {rank}])",
             )
         pairs[layer, module] = (a, b)
-    return AdapterFolder(folder, rank, scaling, hashlib.sha256(data).hexdigest(), pairs)
+    digest = hashlib.sha256(data)
+    digest.update(f"rank={rank};scaling={scaling!r}".encode())  # the same tensors scaled otherwise differ
+    return AdapterFolder(folder, rank, scaling, digest.hexdigest(), pairs)
 
 
 def read_weights(folder: Path) -> bytes:

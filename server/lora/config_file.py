@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from argosy.server.lora.request import NAME
 
@@ -47,8 +46,3 @@ def parse_adapters(text: str) -> AdaptersFile:
             seen.add(name)
             entries.append(AdapterEntry(name, path))
     return AdaptersFile(entries, errors)
-
-
-def read_adapters_file(path: str | Path) -> AdaptersFile:
-    """Raises OSError or ValueError when the file cannot be read or parsed as a whole."""
-    return parse_adapters(Path(path).read_text())

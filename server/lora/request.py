@@ -24,7 +24,7 @@ class LoRARequest:
 class AdapterRef(msgspec.Struct, array_like=True, frozen=True):
     name: str
     path: str
-    digest: str  # sha256 of adapter_model.safetensors, hex
+    digest: str  # sha256 of adapter_model.safetensors and the scaling applied to it, hex
 
     @property
     def hash_seed(self) -> bytes:

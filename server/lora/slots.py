@@ -62,6 +62,12 @@ class LoRASlots:
         """Served again (loaded anew with the same weights)."""
         self._retired.discard(digest)
 
+    def forget(self, slots: list[int]) -> None:
+        """Slots whose load was in a step that failed: what they hold is unknown, so they hold
+        nothing (their requests failed with the step)."""
+        for slot in slots:
+            self.refs[slot] = None
+
     def take_loads(self) -> list[tuple[int, AdapterRef]]:
         loads, self._loads = self._loads, []
         return loads

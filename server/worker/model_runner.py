@@ -60,8 +60,8 @@ class ModelRunner:
         with the LoRA layers attached, and the graphs over it (captured later)."""
         config, device = self.engine_config, self.device
         linears = LinearFactory.for_device(config.quantization, device, self.dtype)
-        self.cfg = cfg
-        self.model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears)
+        model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears)
+        self.cfg, self.model = cfg, model  # only once it loaded: a failed load changes nothing
         if self.lora is not None:
             self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
         self.graphs = None

@@ -4,7 +4,7 @@ timeout, and not a moment before."""
 
 from __future__ import annotations
 
-from argosy.server.api.progress_watchdog import MAX_PING_INTERVAL, PING, Hang, ProgressWatchdog
+from argosy.server.api.progress_watchdog import CONTROL_TIMEOUT, MAX_PING_INTERVAL, PING, Hang, ProgressWatchdog
 
 TIMEOUT = 8.0
 
@@ -37,6 +37,18 @@ def test_a_busy_core_owes_each_step_from_the_last_message_and_is_never_pinged():
     dog.sent_work(10.0)  # more work does not move the debt of the step in progress
     assert dog.poll(17.0) is None and dog.stalled_seconds(17.0) == 8.0
     assert dog.poll(17.5) == Hang("step", 8.5)
+
+
+def test_a_control_command_has_its_own_limit_and_its_answer_clears_it():
+    dog = ProgressWatchdog(TIMEOUT, now=0.0)
+    dog.sent_control(1.0)  # a weight update: minutes of reading a checkpoint are no hang
+    assert dog.poll(1.0 + 10 * TIMEOUT) is None
+    assert dog.poll(1.0 + CONTROL_TIMEOUT + 1) == Hang("control", CONTROL_TIMEOUT + 1)
+    dog = ProgressWatchdog(TIMEOUT, now=0.0)
+    dog.sent_control(1.0)
+    dog.heard(300.0, holds_work=False)
+    dog.sent_work(301.0)  # back to steps: the step's limit again
+    assert dog.poll(301.0 + TIMEOUT + 0.5) == Hang("step", TIMEOUT + 0.5)
 
 
 def test_work_sent_to_a_pinged_core_keeps_the_pings_earlier_deadline():

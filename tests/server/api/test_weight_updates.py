@@ -146,6 +146,39 @@ def test_sleep_frees_memory_and_answers_503_until_wake_up(server, level):
     assert complete(url).json()["choices"][0]["text"] == before
 
 
+def test_a_call_prepared_while_the_server_fell_asleep_gets_a_503_and_nothing_breaks(server, monkeypatch):
+    url, inputs = server.url, server.engine.inputs
+    tokenizing, release = threading.Event(), threading.Event()
+    make_request = inputs.make_request
+
+    def slow(*args, **kwargs):  # a long prompt: tokenized in a thread, past the first admission check
+        tokenizing.set()
+        release.wait(30)
+        return make_request(*args, **kwargs)
+
+    monkeypatch.setattr(inputs, "make_request", slow)
+    calling, answer = in_background(lambda: complete(url))
+    assert tokenizing.wait(30)
+    assert httpx.post(f"{url}/sleep", params={"level": 2}, timeout=60).status_code == 200
+    release.set()
+    calling.join(60)
+    assert answer[0].status_code == 503 and "asleep" in answer[0].json()["error"]["message"]
+    monkeypatch.undo()
+    assert httpx.post(f"{url}/wake_up", timeout=60).status_code == 200
+    assert complete(url).status_code == 200
+
+
+def test_an_update_while_asleep_brings_the_weights_back_but_not_the_cache(server, trained, llama_checkpoint):
+    url = server.url
+    assert httpx.post(f"{url}/sleep", params={"level": 2}, timeout=60).status_code == 200
+    assert update(url, trained).status_code == 200
+    assert httpx.get(f"{url}/health").status_code == 503  # still asleep: no KV cache
+    assert httpx.post(f"{url}/sleep", params={"level": 2}, timeout=60).status_code == 200  # frees the new weights
+    assert httpx.post(f"{url}/wake_up", timeout=60).status_code == 200
+    assert complete(url).json()["choices"][0]["text"] == expected(trained)
+    update(url, llama_checkpoint)
+
+
 def test_the_endpoints_are_off_unless_enabled_and_behind_the_api_key(llama_checkpoint, trained):
     with run_server(llama_checkpoint, api_key="k") as plain:
         auth = {"Authorization": "Bearer k"}

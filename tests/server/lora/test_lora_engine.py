@@ -155,3 +155,34 @@ def test_adapter_requests_are_refused_with_lora_off_or_a_bad_folder(llama_checkp
     with pytest.raises(InvalidRequestError, match="adapter folder not found"):
         llm.generate("hi", GREEDY, lora_request=LoRARequest("gone", 5, str(tmp_path / "nothing")))
     assert held(llm) == ([0], {})
+
+
+def test_a_failed_step_leaves_no_slot_claiming_an_adapter_it_may_not_hold(llama_checkpoint, adapters, monkeypatch):
+    from argosy.server.engine.core_protocol import EngineCoreRequest
+
+    llm = tiny_llm(llama_checkpoint, enable_lora=True, max_loras=1)
+    core = llm.engine.core
+    ref = llm.engine.adapter_for(adapters[0])
+    core.add_request(EngineCoreRequest("r", PROMPTS[0], GREEDY, 0.0, ref))
+
+    def broken(plan):
+        raise RuntimeError("the device failed")
+
+    monkeypatch.setattr(core.executor, "execute", broken)
+    with pytest.raises(RuntimeError, match="the device failed"):
+        core.step()
+    assert core.lora.slots.refs == [None]  # the next request for it loads it again
+    monkeypatch.undo()
+    core.abort("r")
+    assert alone(llm, PROMPTS[0], adapters[0]) == reference(llama_checkpoint, PROMPTS[0], adapters[0])
+
+
+def test_a_name_moved_back_to_its_first_weights_is_served_again(llama_checkpoint, adapters):
+    llm = tiny_llm(llama_checkpoint, enable_lora=True)
+    first, second = adapters[0], adapters[1]
+    for folder in (first, second, first):
+        lora = LoRARequest("moving", 1, folder.lora_path)
+        assert alone(llm, PROMPTS[1], lora) == reference(llama_checkpoint, PROMPTS[1], folder)
+    slots = llm.engine.core.lora.slots
+    assert not slots.is_retired(llm.engine.adapters.get("moving").digest)
+    assert [ref.name for ref in slots.refs] == ["moving"]  # still in its slot, idle

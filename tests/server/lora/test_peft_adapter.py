@@ -60,8 +60,11 @@ def test_the_identity_is_the_weights_content_not_the_name_or_place(llama_checkpo
     one = make_adapter(llama_checkpoint, tmp_path / "one", seed=1)
     copy = shutil.copytree(one, tmp_path / "copy")
     other = make_adapter(llama_checkpoint, tmp_path / "other", seed=2)
-    digests = [read_adapter(n, p, model, 16, torch.float32).digest for n, p in (("x", one), ("y", copy), ("x", other))]
-    assert digests[0] == digests[1] != digests[2]
+    rescaled = shutil.copytree(one, tmp_path / "rescaled")
+    edited(rescaled, lora_alpha=3)  # the same tensors, scaled otherwise: other weights
+    folders = (("x", one), ("y", copy), ("x", other), ("x", rescaled))
+    digests = [read_adapter(n, p, model, 16, torch.float32).digest for n, p in folders]
+    assert digests[0] == digests[1] != digests[2] and digests[3] not in digests[:3]
 
 
 def edited(folder, **changes):

@@ -101,6 +101,8 @@ def test_sleep_frees_the_cache_then_the_weights_and_wakes_up_to_the_same_answers
     llm.wake_up()
     assert answers(llm) == before
     assert llm.sleep(2) == cache_bytes + weight_bytes and runner.model is None
+    with pytest.raises(InvalidRequestError, match="the engine is asleep"):
+        answers(llm)
     llm.wake_up()
     assert answers(llm) == before
 
