@@ -16,7 +16,7 @@ from argosy.server.api.chat import create_chat_completion
 from argosy.server.api.completions import create_completion
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.error_responses import RETRY_AFTER_SECONDS, APIError, install_error_handlers
+from argosy.server.api.error_responses import install_error_handlers, retry_later
 from argosy.server.api.lora_routes import install_lora_routes
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.middleware import APIKeyCheck, BodyLimits, JSONBodies, ResponsesInFlight
@@ -131,24 +131,19 @@ def build_app(config: ServerConfig) -> FastAPI:
         app.add_middleware(APIKeyCheck, key=config.api_key)
     app.add_middleware(ResponsesInFlight, state=state)  # the outermost: it sees every response
 
-    def unavailable(message: str, code: str) -> APIError:
-        return APIError(
-            503, message, "service_unavailable_error", code=code, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
-        )
-
     def loaded_engine() -> EngineClient:
         """The engine, loaded and alive, unless the server drains."""
         if state.draining:
-            raise unavailable("the server is shutting down", "shutting_down")
+            raise retry_later("the server is shutting down", "shutting_down")
         if state.client is None or state.failure is not None:
-            raise unavailable(state.failure or "the model is loading", "model_not_ready")
+            raise retry_later(state.failure or "the model is loading", "model_not_ready")
         return state.client
 
     def serving_engine(client: EngineClient = Depends(loaded_engine)) -> EngineClient:
         """The engine, admitting requests: not asleep, no weight change under way (checked again
         when a call's requests are submitted)."""
         if client.unavailable is not None:
-            raise unavailable(client.unavailable, "weights_unavailable")
+            raise retry_later(client.unavailable, "weights_unavailable")
         return client
 
     @app.get(HEALTH_PATH, response_class=Response, responses=HEALTH_RESPONSES)

@@ -53,6 +53,13 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return ErrorBody(error=ErrorDetail(message=message, type=type, param=param, code=code)).model_dump()
 
 
+def retry_later(message: str, code: str) -> APIError:
+    """A 503 the client should retry after a moment."""
+    return APIError(
+        503, message, "service_unavailable_error", code=code, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+    )
+
+
 def to_api_error(exc: Exception) -> APIError:
     """The HTTP meaning of an exception raised while serving a request."""
     if isinstance(exc, APIError):
@@ -60,34 +67,16 @@ def to_api_error(exc: Exception) -> APIError:
     if isinstance(exc, InvalidRequestError):
         return APIError(exc.status, str(exc), "invalid_request_error", exc.param, exc.code)
     if isinstance(exc, EngineOverloadedError):
-        return APIError(
-            503,
-            f"server overloaded: {exc}; retry later",
-            "service_unavailable_error",
-            code="overloaded",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return retry_later(f"server overloaded: {exc}; retry later", "overloaded")
     if isinstance(exc, StreamStalledError):
         return APIError(408, str(exc), "invalid_request_error", code="stream_stalled")
     if isinstance(exc, EngineFailedError):
         log.error("request failed: %s", exc)
         return APIError(500, str(exc), "internal_error")
     if isinstance(exc, EngineUnavailableError):
-        return APIError(
-            503,
-            str(exc),
-            "service_unavailable_error",
-            code="weights_unavailable",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return retry_later(str(exc), "weights_unavailable")
     if isinstance(exc, EngineStoppedError):
-        return APIError(
-            503,
-            str(exc),
-            "service_unavailable_error",
-            code="shutting_down",
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return retry_later(str(exc), "shutting_down")
     log.exception("unexpected error", exc_info=exc)
     return APIError(500, "internal server error", "internal_error")
 

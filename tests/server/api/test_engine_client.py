@@ -105,7 +105,7 @@ async def test_an_idle_core_that_answers_no_ping_is_killed(inputs):
     await asyncio.wait_for(client.run(), 10)  # ends once the hung core is killed
     assert protocol.Ping() in client.core.sent and client.core.killed
     assert client.dead.startswith("the engine core hung: it answered no ping for ")
-    assert not client.healthy and hangs(client) == {"step": 0, "ping": 1}
+    assert not client.healthy and hangs(client) == {"step": 0, "ping": 1, "control": 0}
 
 
 async def test_a_step_that_does_not_end_fails_what_is_in_flight(inputs):
@@ -117,7 +117,7 @@ async def test_a_step_that_does_not_end_fails_what_is_in_flight(inputs):
     assert to_api_error(err.value).status == 500
     await asyncio.wait_for(run, 10)
     assert protocol.Ping() not in client.core.sent  # work was owed: nothing to ask
-    assert client.core.killed and hangs(client) == {"step": 1, "ping": 0}
+    assert client.core.killed and hangs(client) == {"step": 1, "ping": 0, "control": 0}
 
 
 async def test_a_message_the_loop_has_not_read_yet_is_no_hang(inputs):
