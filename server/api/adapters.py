@@ -1,6 +1,6 @@
-"""ServedAdapters: the API process's side of LoRA. It resolves a request's `model` to the base
-model or an adapter, loads and unloads adapters by name (from `--lora-modules`, the endpoints,
-or the watched adapters file) and tells the engine core: a load reads the adapter into host
+"""ServedAdapters: the API process's side of LoRA. It loads and unloads adapters by name (from
+`--lora-modules`, the endpoints, or the watched adapters file; ServerState resolves a request's
+`model` through its registry) and tells the engine core: a load reads the adapter into host
 memory there; an unload retires its weights once no name stands for them, and requests in
 flight finish on them first.
 
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from argosy.server.api.server_config import ServerConfig
-from argosy.server.exceptions import InvalidRequestError, NotFoundError
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.lora.adapter_folder import CONFIG_FILE, WEIGHTS_FILE
 from argosy.server.lora.config_file import parse_adapters
 from argosy.server.lora.registry import AdapterRegistry
@@ -35,22 +35,8 @@ class ServedAdapters:
         registry: AdapterRegistry,
         load: Callable[[AdapterRef], None],
         retire: Callable[[str], None],
-        max_loras: int,
     ):
-        self.registry, self._load, self._retire, self.max_loras = registry, load, retire, max_loras
-
-    @property
-    def base_name(self) -> str:
-        return self.registry.base_name
-
-    def resolve(self, model: str) -> AdapterRef | None:
-        """The adapter a request's `model` names (None: the base model); NotFoundError otherwise."""
-        if model == self.base_name:
-            return None
-        ref = self.registry.get(model)
-        if ref is None:
-            raise NotFoundError(f"The model `{model}` does not exist.", param="model")
-        return ref
+        self.registry, self._load, self._retire = registry, load, retire
 
     async def load(self, name: str, path: str, replace: bool = False) -> AdapterRef:
         """The folder is read in a thread; the engine core is told from the event loop, which

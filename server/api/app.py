@@ -79,7 +79,7 @@ async def run_engine(state: ServerState) -> None:
             config.engine.block_size, ready.stats.kv_blocks_total, config.engine.enable_prefix_caching
         )
         if registry is not None:
-            adapters = ServedAdapters(registry, client.load_adapter, client.retire_adapter, config.engine.max_loras)
+            adapters = ServedAdapters(registry, client.load_adapter, client.retire_adapter)
             for ref in registry.refs.values():
                 client.load_adapter(ref)
             state.metrics.bind_lora(lambda: client.stats().lora)

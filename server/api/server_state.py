@@ -35,11 +35,12 @@ class ServerState:
 
     def resolve_model(self, model: str) -> AdapterRef | None:
         """The adapter a request's `model` names (None: the base model); 404 for any other name."""
-        if self.adapters is not None:
-            return self.adapters.resolve(model)
-        if model != self.model_name:
+        if model == self.model_name:
+            return None
+        ref = None if self.adapters is None else self.adapters.registry.get(model)
+        if ref is None:
             raise NotFoundError(f"The model `{model}` does not exist.", param="model")
-        return None
+        return ref
 
     @property
     def idle(self) -> bool:

@@ -7,7 +7,8 @@ step has an adapter, and no LoRA op runs at all)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -25,6 +26,15 @@ class LoRAContext:
 
     def __init__(self) -> None:
         self.batch: LoRABatch | None = None
+
+    @contextlib.contextmanager
+    def serving(self, batch: LoRABatch | None) -> Iterator[None]:
+        """`batch` for the forward pass run in the block (None: no adapter), and none after."""
+        self.batch = batch
+        try:
+            yield
+        finally:
+            self.batch = None
 
 
 class LoRALayer(nn.Module):
@@ -55,10 +65,6 @@ class LoRAWeights:
                 b = torch.zeros(max_loras, bounds[-1], max_rank, dtype=dtype, device=device)
                 stacks[role] = LoRAStack(a, b, bounds)
             self.layers.append(stacks)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(s.a.nbytes + s.b.nbytes for layer in self.layers for s in layer.values())
 
     @torch.no_grad()
     def load(self, slot: int, adapter: LoRAAdapter) -> None:

@@ -25,9 +25,6 @@ class AdapterHostCache:
     def __getitem__(self, digest: str) -> LoRAAdapter:
         return self.adapters[digest]
 
-    def __contains__(self, digest: str) -> bool:
-        return digest in self.adapters
-
     def names(self) -> dict[str, str]:
         return {digest: adapter.name for digest, adapter in self.adapters.items()}
 

@@ -36,10 +36,6 @@ class LoRAAdapter:
     # Per decoder layer: fused layer ("qkv_proj", "o_proj", "gate_up_proj", "down_proj") -> slices.
     layers: list[dict[str, list[LoRASlice]]] = field(repr=False)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(s.a.nbytes + s.b.nbytes for layer in self.layers for slices in layer.values() for s in slices)
-
 
 def read_adapter(name: str, path: str | Path, model: ModelConfig, max_rank: int, dtype: torch.dtype) -> LoRAAdapter:
     """The adapter at `path`, checked against the base `model`, its tensors in `dtype` on the host."""

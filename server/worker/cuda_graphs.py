@@ -65,7 +65,8 @@ class DecodeGraphs:
         self.model, self.backend, self.sizes = model, backend, sizes
         self.block_size, self.max_model_len, self.device = block_size, max_model_len, device
         self.inputs = StaticInputs(sizes[-1], max_blocks_per_seq, block_size, device)
-        self.lora = lora  # the context the model's LoRA layers read, with LoRA on
+        self.adapters = lora is not None  # captured with the adapters' products too
+        self.lora = lora or LoRAContext()  # the context the model's LoRA layers read
         self.captured: dict[tuple[int, bool], CapturedDecode] = {}  # by (size, with adapters)
         self.kv_cache: torch.Tensor | None = None  # bound at capture
 
@@ -76,7 +77,7 @@ class DecodeGraphs:
         pool = None
         for size in reversed(self.sizes):
             meta = self.backend.metadata(self.inputs.batch(size, self.max_model_len))
-            for adapters in (False, True) if self.lora is not None else (False,):
+            for adapters in (False, True) if self.adapters else (False,):
                 if self.device.type != "cuda":
                     self.captured[size, adapters] = CapturedDecode(meta, None, None)
                     continue
@@ -124,10 +125,6 @@ class DecodeGraphs:
         """The forward pass on the static buffers; with `lora_runs` (None: no adapters), the
         adapters' products too."""
         inputs = self.inputs
-        if lora_runs is not None:
-            self.lora.batch = LoRABatch(inputs.field("lora_slots", size), lora_runs)
-        try:
+        batch = None if lora_runs is None else LoRABatch(inputs.field("lora_slots", size), lora_runs)
+        with self.lora.serving(batch):
             return self.model(inputs.field("input_ids", size), inputs.field("positions", size), self.kv_cache, meta)
-        finally:
-            if self.lora is not None:
-                self.lora.batch = None

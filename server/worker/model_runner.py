@@ -208,11 +208,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor:
-        self.lora_context.batch = inputs.lora
-        try:
+        with self.lora_context.serving(inputs.lora):
             hidden = self.model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention)
-        finally:
-            self.lora_context.batch = None
         return self.model.compute_logits(hidden[inputs.logits_rows])
 
     def profile_peak_bytes(self, num_tokens: int, num_logits: int) -> int | None:
