@@ -16,7 +16,7 @@ from argosy import LLM, LoRARequest, SamplingParams
 from tests.adapters import make_adapter
 from tests.polling import wait_until
 from tests.processes import MODEL
-from tests.server.api.servers import run_server, stream_in_background
+from tests.server.api.servers import paused_core, run_server, stream_in_background
 
 PROMPT = "once upon a time"  # stream_in_background's
 LONG = 150  # tokens of a stream that is certainly still running when the test acts
@@ -99,9 +99,11 @@ def test_unload_while_streaming_finishes_the_stream_on_its_adapter(server, offli
     results, started = [], threading.Event()
     stream = stream_in_background(url, LONG, results, started, model="a2", temperature=0)
     assert started.wait(60)
-    answer = unload(url, "a2")
-    assert answer.status_code == 200 and "removed" in answer.text
-    assert complete(url, "a2").status_code == 404  # at once, for new requests
+    with paused_core(server):  # the stream is certainly in flight, whatever this machine's speed
+        answer = unload(url, "a2")
+        assert answer.status_code == 200 and "removed" in answer.text
+        assert complete(url, "a2").status_code == 404  # at once, for new requests
+        assert stream.is_alive()
     stream.join(120)
     assert text_of(results[0]) == expected(offline, folders[2], LONG)
     assert "a2" not in {m.id for m in server.client().models.list().data}
@@ -115,8 +117,10 @@ def test_load_inplace_while_streaming_old_requests_old_weights_new_requests_new(
     results, started = [], threading.Event()
     stream = stream_in_background(url, LONG, results, started, model="swap", temperature=0)
     assert started.wait(60)
-    assert load(url, "swap", folders[3]).status_code == 409  # without load_inplace
-    assert load(url, "swap", folders[3], load_inplace=True).status_code == 200
+    with paused_core(server):
+        assert load(url, "swap", folders[3]).status_code == 409  # without load_inplace
+        assert load(url, "swap", folders[3], load_inplace=True).status_code == 200
+        assert stream.is_alive()
     after = complete(url, "swap", 12, cached_prompt).json()
     assert after["choices"][0]["text"] == expected(offline, folders[3], 12, cached_prompt)
     assert after["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # never the old adapter's blocks
