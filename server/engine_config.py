@@ -70,6 +70,12 @@ class EngineConfig:
     max_cpu_loras: int | None = setting(
         None, "LoRA adapters kept in host memory, least recently used evicted first; default max_loras"
     )
+    structured_outputs_compile_timeout: float = setting(
+        10.0, "seconds a request waits for its grammar to compile before it fails (400)"
+    )
+    structured_outputs_max_whitespace: int = setting(
+        16, "most whitespace characters between two JSON tokens of a constrained output"
+    )
 
     def __post_init__(self) -> None:
         sizes = self.cuda_graph_sizes
@@ -88,10 +94,16 @@ class EngineConfig:
             "max_loras",
             "max_lora_rank",
             "max_cpu_loras",
+            "structured_outputs_max_whitespace",
         ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InvalidRequestError(f"{name} must be a positive integer, got {value!r}", param=name)
+        if not self.structured_outputs_compile_timeout > 0:
+            raise InvalidRequestError(
+                f"structured_outputs_compile_timeout must be positive, got {self.structured_outputs_compile_timeout}",
+                param="structured_outputs_compile_timeout",
+            )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise InvalidRequestError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",

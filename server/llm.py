@@ -98,8 +98,10 @@ class LLM:
             if failed := self.engine.take_failed():
                 for request_id in ids:  # the batch cannot be answered whole: nothing of it stays
                     self.engine.abort(request_id)
-                request_id, message = next(iter(failed.items()))
-                raise EngineFailedError(f"prompt {ids.index(request_id)} failed: {message}")
+                request_id, error = next(iter(failed.items()))
+                if isinstance(error, InvalidRequestError):
+                    raise InvalidRequestError(f"prompt {ids.index(request_id)}: {error}", param=error.param)
+                raise EngineFailedError(f"prompt {ids.index(request_id)} failed: {error}")
         return [finished[i] for i in ids]
 
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.structured.params import StructuredOutputsParams
 
 # Below this a temperature is treated as greedy: dividing logits by it would overflow.
 GREEDY_EPSILON = 1e-5
@@ -41,6 +42,7 @@ class SamplingParams:
     logprobs: int | None = None  # also return this many top alternatives per token
     skip_special_tokens: bool = True
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
+    structured_outputs: StructuredOutputsParams | None = None  # the constraint its output satisfies
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -120,6 +122,12 @@ class SamplingParams:
         _check(self.top_k < 2**31, "top_k", f"top_k must be below 2^31, got {self.top_k}")
         for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
             _check(math.isfinite(getattr(self, name)), name, f"{name} must be a finite number")
+        # A grammar complete before min_tokens would leave no token to choose.
+        _check(
+            self.structured_outputs is None or self.min_tokens == 0,
+            "min_tokens",
+            "min_tokens cannot be combined with structured outputs (the grammar decides where the output ends)",
+        )
 
 
 def _check(ok: bool, param: str, message: str) -> None:

@@ -274,15 +274,15 @@ class EngineClient:
         results, stopped = self.outputs.process(message.outputs, now)
         if stopped:
             self.core.send(protocol.FinishSequences(stopped))
-        failed = {f.request_id: f.message for f in message.failed}
+        failed = {f.request_id: protocol.failure_error(f) for f in message.failed}
         if broken := self.outputs.take_failed():  # failed here: the core still runs them
             self.core.send(protocol.AbortRequests(list(broken)))
-            failed |= broken
-        for request_id, why in failed.items():
+            failed |= {request_id: EngineFailedError(why) for request_id, why in broken.items()}
+        for request_id, error in failed.items():
             self.metrics.forget(request_id)
             stream = self._streams.get(request_id)
             if stream is not None:
-                stream.put(EngineFailedError(why), now)
+                stream.put(error, now)
         self._deliver(results, now)
         self._stats = message.stats
         self._waiting, self._running = message.num_waiting_requests, message.num_running_requests

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.executor.plan import TokenLogprobs
 from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import EngineStats
@@ -95,6 +96,15 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
 class RequestFailed(msgspec.Struct, array_like=True):
     request_id: str
     message: str
+    invalid: bool = False  # the request's own fault (a grammar that does not compile): a 400
+    param: str | None = None  # the field at fault, when invalid
+
+
+def failure_error(failure: RequestFailed) -> Exception:
+    """What a failed request raises to whoever waits for it."""
+    if failure.invalid:
+        return InvalidRequestError(failure.message, param=failure.param)
+    return EngineFailedError(failure.message)
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, tag=True):

@@ -1,7 +1,8 @@
 """EngineCore: the scheduler and the KV-cache manager, in tokens only, before an Executor (the
 device side). `step` runs one iteration: schedule, plan (StepPlanner), execute and sample on the
 device, then record what was kept and check each sequence's stops. The offline engine calls it
-in-process; `argosy serve` runs it in a child process (core_process.py).
+in-process; `argosy serve` runs it in a child process (core_process.py). A request with a
+constraint waits, unscheduled, while its grammar compiles in the background (GrammarCompiler).
 
 What fails in a step belongs to one request or to all. Sampling a sequence (its parameters,
 its logits, its seeded generator) and checking its stop conditions are the request's: a failure
@@ -31,9 +32,11 @@ from argosy.server.lora.slots import LoRASlots
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.outputs import EngineStats, LoRAStats
+from argosy.server.structured.grammar_compiler import GrammarCompiler
 from argosy.server.text.tokenizer import Tokenizer
 
 log = logging.getLogger("argosy.engine")
+GRAMMAR_POLL_SECONDS = 0.01  # how long a step with nothing else to run waits for a compile
 
 
 class EngineCore:
@@ -41,10 +44,19 @@ class EngineCore:
         path = resolve_model_path(config.model)
         self.model_config = ModelConfig.from_folder(path)
         self.limits = resolve_limits(config, self.model_config)
-        eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(path))
+        tokenizer = Tokenizer(path)
+        eos = self.model_config.eos_token_ids or _tokenizer_eos(tokenizer)
         self.eos_token_ids = frozenset(eos)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
+        self.grammars = GrammarCompiler(
+            tokenizer,
+            self.model_config.vocab_size,
+            list(eos),
+            config.structured_outputs_compile_timeout,
+            config.structured_outputs_max_whitespace,
+        )
+        self.executor.use_grammars(self.grammars)
         self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching)
         adapters = self.executor.adapters
         self.lora = None if adapters is None else LoRAManager(adapters, LoRASlots(config.max_loras))
@@ -56,6 +68,7 @@ class EngineCore:
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
         self._failed: list[RequestFailed] = []
+        self._compiling: list[Request] = []  # requests whose grammar is not ready yet
         self.asleep = False  # no KV cache (or no weights either) until wake_up
 
     def add_request(self, new: EngineCoreRequest) -> None:
@@ -69,6 +82,10 @@ class EngineCore:
                 message = f"adapter {new.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)"
                 raise InvalidRequestError(message, param="model")
             self.lora.add(request)  # raises (nothing held) when the adapter cannot be read
+        if new.params.structured_outputs is not None:
+            self.grammars.submit(new.params.structured_outputs)
+            request.waiting_for_grammar = True
+            self._compiling.append(request)
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.requests[request.request_id] = request
@@ -159,9 +176,12 @@ class EngineCore:
         return len(waiting), len(running)
 
     def step(self) -> list[EngineCoreOutput]:
+        compiling = self._check_grammars()
         scheduled = self.scheduler.schedule()
         if not scheduled.scheduled:
-            if self.scheduler.has_work():
+            if compiling:  # nothing else to run: a moment for the compiles, then the loop goes on
+                self.grammars.wait_any({r.params.structured_outputs.key for r in compiling}, GRAMMAR_POLL_SECONDS)
+            elif self.scheduler.has_work():
                 raise RuntimeError("the scheduler could not schedule any waiting sequence")
             return []
         now = time.monotonic()
@@ -179,17 +199,39 @@ class EngineCore:
         self.scheduler.advance(scheduled)
         return self._append_sampled(self.parallel_sampling.targets(completing, forks), result)
 
+    def _check_grammars(self) -> list[Request]:
+        """Admits the requests whose grammar has compiled and fails those whose grammar failed
+        or took too long; returns those still waiting."""
+        waiting, now = [], time.monotonic()
+        for request in self._compiling:
+            if request.request_id not in self.requests:  # aborted meanwhile
+                continue
+            try:
+                request.waiting_for_grammar = not self.grammars.ready(
+                    request.params.structured_outputs, request.arrival_time, now
+                )
+            except InvalidRequestError as exc:
+                self.abort(request.request_id)
+                self._failed.append(RequestFailed(request.request_id, str(exc), invalid=True, param=exc.param))
+                continue
+            if request.waiting_for_grammar:
+                waiting.append(request)
+        self._compiling = waiting
+        return waiting
+
     def _append_sampled(self, targets: list[Sequence], result: StepResult) -> list[EngineCoreOutput]:
         """Each target's new tokens; a target that could not be sampled, or whose stop check
         failed, fails its request alone (`take_failed`), and the request's other outputs go."""
-        outputs, failed = [], {}
-        for seq, token_ids, logprobs, error in zip(targets, result.token_ids, result.logprobs, result.errors):
+        outputs, failed, complete = [], {}, set(result.complete)
+        for row, (seq, token_ids, logprobs, error) in enumerate(
+            zip(targets, result.token_ids, result.logprobs, result.errors)
+        ):
             request_id = seq.request.request_id
             if request_id in failed:
                 continue
             if error is None:
                 try:
-                    outputs.append(self._append(seq, token_ids, logprobs))
+                    outputs.append(self._append(seq, token_ids, logprobs, row in complete))
                     continue
                 except Exception as exc:
                     log.exception("checking the new token of request %s failed", request_id)
@@ -211,13 +253,18 @@ class EngineCore:
         not a broken batch)."""
         self.executor.check_device()
 
-    def _append(self, seq: Sequence, token_ids: list[int], logprobs: list[TokenLogprobs] | None) -> EngineCoreOutput:
-        """Appends the new tokens up to the first that ends the sequence; the rest are dropped."""
+    def _append(
+        self, seq: Sequence, token_ids: list[int], logprobs: list[TokenLogprobs] | None, complete: bool = False
+    ) -> EngineCoreOutput:
+        """Appends the new tokens up to the first that ends the sequence; the rest are dropped.
+        `complete`: its grammar allows nothing after them, so the last one ends it (stop)."""
         request = seq.request
         reason = stop_token = None
         for kept, token_id in enumerate(token_ids, start=1):
             seq.token_ids.append(token_id)
             reason, stop_token = finish_reason(seq, token_id, self.eos_token_ids, self.limits.max_model_len)
+            if reason is None and complete and kept == len(token_ids):
+                reason = "stop"
             if reason is not None:
                 token_ids, logprobs = token_ids[:kept], logprobs and logprobs[:kept]
                 seq.finish_reason, seq.stop_reason = reason, stop_token

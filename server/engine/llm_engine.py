@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 
+from argosy.server.engine.core_protocol import failure_error
 from argosy.server.engine.engine_core import EngineCore
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
 from argosy.server.engine_config import EngineConfig
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.lora.registry import AdapterRegistry
 from argosy.server.lora.request import AdapterRef, LoRARequest
 from argosy.server.outputs import EngineStats, RequestOutput
@@ -27,7 +28,7 @@ class LLMEngine:
         self.inputs = InputProcessor.for_model(config)
         self.tokenizer = self.inputs.tokenizer
         self.outputs = OutputProcessor(self.tokenizer)
-        self._failed: dict[str, str] = {}
+        self._failed: dict[str, Exception] = {}
         name = config.served_model_name or self.core.model_config.path
         self.adapters = (
             AdapterRegistry(self.core.model_config, config.max_lora_rank, name) if config.enable_lora else None
@@ -82,14 +83,15 @@ class LLMEngine:
         self.core.finish_sequences(stopped)
         for failure in self.core.take_failed():
             self.outputs.abort(failure.request_id)
-            self._failed[failure.request_id] = failure.message
+            self._failed[failure.request_id] = failure_error(failure)
         for request_id, message in self.outputs.take_failed().items():
             self.core.abort(request_id)
-            self._failed[request_id] = message
+            self._failed[request_id] = EngineFailedError(message)
         return results
 
-    def take_failed(self) -> dict[str, str]:
-        """The requests that failed alone since the last call, and why."""
+    def take_failed(self) -> dict[str, Exception]:
+        """The requests that failed alone since the last call, and why (InvalidRequestError
+        when it was the request's fault)."""
         failed, self._failed = self._failed, {}
         return failed
 

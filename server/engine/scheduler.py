@@ -3,7 +3,8 @@ token, or the next chunk of a long prompt) and waiting ones join, first come fir
 under a token budget and a sequence cap. When blocks run out, the most recently admitted
 running sequence is preempted: its blocks are freed and it is recomputed later. With LoRA, a
 waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
-its place, until one idles; the ones behind it may go first."""
+its place, until one idles; the ones behind it may go first. So is a sequence whose grammar is
+still compiling."""
 
 from __future__ import annotations
 
@@ -86,12 +87,14 @@ class Scheduler:
             return budget
         # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
         reserved = sum(seq.request.num_pending_forks for seq in self.running)
-        passed_over: list[Sequence] = []  # their adapter has no slot this step
+        passed_over: list[Sequence] = []  # their grammar or their adapter's slot is not ready
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if len(self.running) + reserved + 1 + seq.request.num_pending_forks > self.max_num_seqs:
                 break
-            if self.adapters is not None and not self.adapters.can_admit(seq.request):
+            if seq.request.waiting_for_grammar or (
+                self.adapters is not None and not self.adapters.can_admit(seq.request)
+            ):
                 passed_over.append(self.waiting.popleft())
                 continue
             cached = self.kv.cached_prefix(seq)

@@ -81,6 +81,7 @@ class Request:
     num_cached_tokens: int = 0
     lora: AdapterRef | None = None  # the adapter it runs with (None: the base model)
     lora_slot: int | None = None  # the adapter's device slot, held from its first admission to its end
+    waiting_for_grammar: bool = False  # its constraint's grammar is still compiling: not admitted yet
 
     @property
     def hash_seed(self) -> bytes | None:

@@ -2,7 +2,10 @@
 largest step, allocates the KV cache and captures graphs; `execute` runs one StepPlan and
 samples; `check_device` runs a one-token step to tell a broken batch from a broken device;
 `adapters` (with LoRA on, once started) holds the LoRA adapters in host memory, which the
-engine has read as requests name them and the plans' slot loads copy from. Between steps, with
+engine has read as requests name them and the plans' slot loads copy from; `use_grammars` hands
+it the grammars the engine compiles for constrained requests, by key, from which it starts each
+constrained sequence's matcher (a multi-process executor would compile them again from the
+constraints its plans carry, with the same cache keys). Between steps, with
 nothing in flight: `update_weights` swaps in a checkpoint's weights, `sleep` frees the KV cache
 (and the weights), `wake_up` brings them back.
 
@@ -11,7 +14,8 @@ one (a worker per GPU, for tensor parallelism) takes the same plans."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
@@ -29,6 +33,8 @@ class Executor(Protocol):
     def execute(self, plan: StepPlan) -> StepResult: ...
 
     def check_device(self) -> None: ...
+
+    def use_grammars(self, grammars: Mapping[str, Any]) -> None: ...
 
     def update_weights(self, path: str) -> None: ...
 

@@ -68,6 +68,8 @@ class StepResult(msgspec.Struct, array_like=True):
     token_ids: list[list[int]]
     logprobs: list[list[TokenLogprobs] | None]
     errors: list[str | None]
+    # Rows whose grammar is complete and allows nothing more after their tokens: they end (stop).
+    complete: list[int] = []
 
 
 class DeviceReady(msgspec.Struct, array_like=True):

@@ -7,7 +7,8 @@ kernel that compiles after start-up (a variant the warm-up missed) is logged as 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,7 +34,8 @@ class InProcessExecutor:
     def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]):
         self.config, self.model_config, self.limits = config, model, limits
         self.sampler = Sampler(eos_token_ids)
-        self.states = SequenceStates(-(-limits.max_model_len // config.block_size), resolve_device(config))
+        max_blocks = -(-limits.max_model_len // config.block_size)
+        self.states = SequenceStates(max_blocks, resolve_device(config), model.vocab_size, eos_token_ids)
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
         self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
@@ -101,14 +103,24 @@ class InProcessExecutor:
         if len(plan.samples) > len(logits):  # parallel samples share their parent's row
             logits = logits[torch.tensor([s.logits_row for s in plan.samples], device=logits.device)]
         sampled = self.sampler(logits, seqs)
-        for seq, token_id, error in zip(seqs, sampled.token_ids, sampled.errors):
-            if error is None:
-                seq.output_token_ids.append(token_id)
+        errors, complete = sampled.errors, []
+        for row, (seq, token_id, error) in enumerate(zip(seqs, sampled.token_ids, errors)):
+            if error is not None:
+                continue
+            seq.output_token_ids.append(token_id)
+            if seq.grammar is not None:
+                if not seq.grammar.accept(token_id):
+                    errors[row] = f"the sampled token {token_id} breaks the request's grammar"
+                elif seq.grammar.complete:
+                    complete.append(row)
         token_ids = [[token_id] for token_id in sampled.token_ids]
-        return StepResult(token_ids, [None if lp is None else [lp] for lp in sampled.logprobs], sampled.errors)
+        return StepResult(token_ids, [None if lp is None else [lp] for lp in sampled.logprobs], errors, complete)
 
     def check_device(self) -> None:
         self.runner.check_device()
+
+    def use_grammars(self, grammars: Mapping[str, Any]) -> None:
+        self.states.grammars = grammars
 
     def update_weights(self, path: str) -> None:
         self.runner.update_weights(path)

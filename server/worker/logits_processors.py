@@ -1,7 +1,7 @@
 """The rules that shape a row's distribution before a token is drawn, each written once.
 
 Edits change the logits of any row that asks for them, greedy or not: penalties, and the ban
-of stop tokens under min_tokens (a grammar's mask joins them later). Each says which rows it
+of stop tokens under min_tokens, and a grammar's mask (structured/grammar_mask.py). Each says which rows it
 wants and edits a float32 copy in place; when none wants a row, greedy rows take their argmax
 on the model's logits untouched (the fast path). Transforms shape only the sampled rows:
 temperature, top-k and top-p on the logits, then min-p on the probabilities.

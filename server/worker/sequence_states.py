@@ -1,15 +1,20 @@
 """What the device side keeps of each sequence between steps, as the step plans describe them:
 its block table (a list on the host, for the new tokens' slots, and a row of the BlockTables on
-the device), its sampling parameters and seeded generator, and its tokens (penalties read them).
+the device), its sampling parameters and seeded generator, its tokens (penalties read them), and
+with a constraint its grammar's state (from the grammar the engine compiled for it).
 The engine names a sequence once (NewSequence), sends only the changes of its block table, and
 says when it may be forgotten."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
 from argosy.server.executor.plan import NewSequence, StepPlan
 from argosy.server.sampling_params import SamplingParams
+from argosy.server.structured.grammar_mask import GrammarState
 from argosy.server.worker.block_tables import BlockTables
 
 CPU = torch.device("cpu")
@@ -19,6 +24,7 @@ class SequenceState:
     __slots__ = (
         "block_table",
         "generator",
+        "grammar",
         "lora_slot",
         "output_token_ids",
         "params",
@@ -48,6 +54,7 @@ class SequenceState:
         # Each sequence draws from its own stream, as in vLLM: the request's seed + its index. The
         # generator lives where the logits do, so that its noise is drawn there.
         self.generator = None if seed is None else torch.Generator(device).manual_seed(seed)
+        self.grammar: GrammarState | None = None  # with a constraint: where its output stands in it
 
     @property
     def num_output_tokens(self) -> int:
@@ -57,10 +64,15 @@ class SequenceState:
 class SequenceStates(dict[int, SequenceState]):
     """Every sequence the device side knows, by id, and their block tables on the device."""
 
-    def __init__(self, max_blocks_per_seq: int, device: torch.device = CPU):
+    def __init__(
+        self, max_blocks_per_seq: int, device: torch.device = CPU, vocab_size: int = 0, eos_token_ids: tuple = ()
+    ):
         super().__init__()
         self.device = device
         self.tables = BlockTables(max_blocks_per_seq, device)
+        self.vocab_size, self.eos_token_ids = vocab_size, list(eos_token_ids)
+        # The compiled grammars, by constraint key (the engine's GrammarCompiler, in this process).
+        self.grammars: Mapping[str, Any] = {}
 
     def apply(self, plan: StepPlan) -> None:
         """Takes in what the plan says changed before its step runs."""
@@ -81,7 +93,15 @@ class SequenceStates(dict[int, SequenceState]):
         tables.flush()
 
     def _state(self, new: NewSequence) -> SequenceState:
-        prompt = new.prompt_token_ids if new.fork_of is None else self[new.fork_of].prompt_token_ids
-        return SequenceState(
+        parent = None if new.fork_of is None else self[new.fork_of]
+        prompt = new.prompt_token_ids if parent is None else parent.prompt_token_ids
+        state = SequenceState(
             new.request_id, new.params, prompt, new.seed, self.device, self.tables.add(), new.lora_slot
         )
+        constraint = new.params.structured_outputs
+        if parent is not None and parent.grammar is not None:
+            state.grammar = parent.grammar.fork()
+        elif constraint is not None:
+            stops = self.eos_token_ids + list(new.params.stop_token_ids)
+            state.grammar = GrammarState.start(self.grammars[constraint.key], stops, self.vocab_size)
+        return state
