@@ -70,6 +70,10 @@ async def serve_call(
     answer = reply(gen, params, prepared)
     version = {WEIGHT_VERSION_HEADER: gen.weight_version}
     if body.streaming:
+        # A constraint's grammar is compiled by the engine: a stream commits to its status only
+        # once it is known to compile (a 400 otherwise), which the first output shows.
+        if params.structured_outputs is not None and await cancel_on_disconnect(http, gen.started()) is DISCONNECTED:
+            return client_closed()
         return StreamingResponse(answer.stream(), media_type="text/event-stream", headers=version)
     finals = await cancel_on_disconnect(http, gen.finals())
     if finals is DISCONNECTED:
@@ -130,6 +134,24 @@ class Generation:
             # scope, and every await in it raises again at once.
             self.close()
             self._log(error)
+
+    async def started(self) -> None:
+        """Waits until every request has sent something; raises the error of one that failed
+        (and ends the others) instead."""
+        wake = self.streams[0].wake
+        try:
+            while not all(s.started for s in self.streams):
+                await wake.wait()
+                wake.clear()
+        except BaseException:  # the client left (cancelled): nobody will read the outputs
+            self.close()
+            raise
+        finally:
+            wake.set()  # what arrived is still there for outputs() to take
+        failed = next((s for s in self.streams if s.failed), None)
+        if failed is not None:
+            self.close()
+            failed.take()  # raises its error
 
     async def finals(self) -> list[RequestOutput]:
         """Every request's whole output, once all have finished."""

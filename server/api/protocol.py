@@ -8,8 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from argosy.server.api.structured_fields import read_constraints
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
+from argosy.server.structured.params import StructuredOutputsParams
 
 
 class StreamOptions(BaseModel):
@@ -45,12 +47,24 @@ class SamplingFields(BaseModel):
     min_tokens: int | None = None
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
+    # Constraints (structured_fields.py reads them): OpenAI's, vLLM's, and vLLM's older ones.
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: str | dict[str, Any] | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
+    guided_whitespace_pattern: str | None = None
 
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         if self.stream_options is not None and not self.streaming:
             raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
         given = self.model_dump(include=SAMPLING_FIELDS, exclude_none=True)  # None: SamplingParams' default
-        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **given)
+        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, structured_outputs=self.constraint(), **given)
+
+    def constraint(self) -> StructuredOutputsParams | None:
+        return read_constraints(self)
 
     @property
     def streaming(self) -> bool:
@@ -63,7 +77,9 @@ class SamplingFields(BaseModel):
 
 # The request fields that are SamplingParams fields of the same name (max_tokens and logprobs
 # differ between the endpoints and are passed on by each).
-SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)} & set(SamplingFields.model_fields)
+SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)} & set(SamplingFields.model_fields) - {
+    "structured_outputs"
+}
 
 
 class CompletionRequest(SamplingFields):
@@ -104,13 +120,10 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: bool | None = None
     tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
 
     def to_sampling_params(self) -> SamplingParams:
         if self.tools:
             raise InvalidRequestError("tools are not supported", param="tools")
-        if self.response_format and self.response_format.get("type") not in (None, "text"):
-            raise InvalidRequestError("only the text response_format is supported", param="response_format")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
         given = self.max_completion_tokens is not None

@@ -88,6 +88,15 @@ class RequestStream:
         self._forget(self.request_id, False)
         self._pending = StreamStalledError(f"the client stopped reading its stream: {why}; the request was aborted")
 
+    @property
+    def started(self) -> bool:
+        """Something arrived (an output or the error that ended it) and was not taken yet, or it ended."""
+        return self._pending is not None or self.done
+
+    @property
+    def failed(self) -> bool:
+        return isinstance(self._pending, Exception)
+
     def take(self) -> RequestOutput | None:
         """What arrived since the last take (merged), or None; raises the error that ended it."""
         item, self._pending, self._unread = self._pending, None, 0
