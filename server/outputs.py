@@ -64,6 +64,7 @@ class EngineStats:
     prefix_cache_hits: int  # of those, tokens found
     num_preemptions: int
     lora: LoRAStats | None = None  # with LoRA on
+    grammar_compile_seconds: list[float] = field(default_factory=list)  # compiles finished since the last stats
 
     @property
     def kv_cache_usage(self) -> float:

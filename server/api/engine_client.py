@@ -143,6 +143,8 @@ class EngineClient:
         stream = self._streams[request.request_id] = RequestStream(request.request_id, wake, self.limits, self._forget)
         self.outputs.add(request)
         self.core.send(request.core)
+        if (constraint := request.params.structured_outputs) is not None:
+            self.metrics.count_structured(constraint.kind)
         self._sent += 1
         self.watchdog.sent_work(time.monotonic())
         return stream
@@ -285,6 +287,7 @@ class EngineClient:
                 stream.put(error, now)
         self._deliver(results, now)
         self._stats = message.stats
+        self.metrics.observe_grammar_compiles(message.stats.grammar_compile_seconds)
         self._waiting, self._running = message.num_waiting_requests, message.num_running_requests
         self._steps = message.num_steps
         self.metrics.observe_step(results, now)

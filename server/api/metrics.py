@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
 from argosy.server.outputs import LoRAStats, RequestOutput
+from argosy.server.structured.params import KINDS
 
 _LATENCY_BUCKETS = (
     0.005,
@@ -142,6 +143,19 @@ class ServerMetrics:
             labels,
             registry=r,
         )
+        self.grammar_compile = Histogram(
+            "argosy_grammar_compile_seconds",
+            "Time to compile a constraint's grammar (once per distinct constraint while it stays cached)",
+            labels,
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self.structured_requests = Counter(
+            "argosy_structured_requests",
+            "Requests whose output is held to a constraint, by its kind",
+            [*labels, "kind"],
+            registry=r,
+        )
         self.weight_version = Gauge(
             "argosy_weight_version",
             "Weight updates applied since start; the label names the version serving",
@@ -162,8 +176,11 @@ class ServerMetrics:
             self.queue_time,
             self.steps,
             self.step_duration,
+            self.grammar_compile,
         ):
             self.label(series)
+        for kind in KINDS:
+            self.structured_requests.labels(model_name=self.model_name, kind=kind)
         for reason in ("stop", "length", "abort"):
             self.success.labels(model_name=self.model_name, finished_reason=reason)
         for kind in HANG_KINDS:
@@ -266,6 +283,13 @@ class ServerMetrics:
             self._num_steps = num_steps
         if seconds is not None:
             self.label(self.step_duration).observe(seconds)
+
+    def count_structured(self, kind: str) -> None:
+        self.structured_requests.labels(model_name=self.model_name, kind=kind).inc()
+
+    def observe_grammar_compiles(self, seconds: list[float]) -> None:
+        for value in seconds:
+            self.label(self.grammar_compile).observe(value)
 
     def count_hang(self, waiting_for: str) -> None:
         self.hangs.labels(model_name=self.model_name, waiting_for=waiting_for).inc()

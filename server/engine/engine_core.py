@@ -287,6 +287,7 @@ class EngineCore:
             prefix_cache_hits=self.kv.prefix_cache_hits,
             num_preemptions=self.scheduler.num_preemptions,
             lora=None if self.lora is None else self._lora_stats(),
+            grammar_compile_seconds=self.grammars.take_compile_seconds(),
         )
 
     def _lora_stats(self) -> LoRAStats:
