@@ -14,7 +14,6 @@ one (a worker per GPU, for tensor parallelism) takes the same plans."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
@@ -23,6 +22,14 @@ from argosy.server.models.model_config import ModelConfig
 
 if TYPE_CHECKING:
     from argosy.server.lora.manager import AdapterHost
+
+
+class Grammars(Protocol):
+    """The compiled grammars, by constraint key, and the vocabulary they were compiled for."""
+
+    vocab_bytes: list[bytes]
+
+    def __getitem__(self, key: str) -> Any: ...
 
 
 class Executor(Protocol):
@@ -34,7 +41,7 @@ class Executor(Protocol):
 
     def check_device(self) -> None: ...
 
-    def use_grammars(self, grammars: Mapping[str, Any]) -> None: ...
+    def use_grammars(self, grammars: Grammars) -> None: ...
 
     def update_weights(self, path: str) -> None: ...
 

@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 import xgrammar as xgr
 
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.structured.json_schema import check_schema
+from argosy.server.structured.json_schema import check_regex, check_schema, exact_formats
 from argosy.server.structured.params import StructuredOutputsParams
 from argosy.server.text.tokenizer import Tokenizer
 
@@ -49,6 +49,10 @@ class GrammarCompiler:
         self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="grammar-compile")
         self.compiles: OrderedDict[str, Future] = OrderedDict()
         self.compile_seconds: list[float] = []  # of each compile finished since the last take
+
+    @property
+    def vocab_bytes(self) -> list[bytes]:
+        return self._vocabulary[0].vocab_bytes
 
     def submit(self, params: StructuredOutputsParams) -> str:
         """Starts (or finds) the compile of `params`' constraint; returns its key."""
@@ -118,11 +122,12 @@ class GrammarCompiler:
             schema = json.loads(params.json) if kind == "json" else {"type": "object"}
             check_schema(schema, params.field)
             return compiler.compile_json_schema(
-                json.dumps(schema),
+                json.dumps(exact_formats(schema)),
                 any_whitespace=not params.disable_any_whitespace,
                 max_whitespace_cnt=self.max_whitespace,
             )
         if kind == "regex":
+            check_regex(params.regex, params.field, params.field)
             return compiler.compile_regex(params.regex)
         if kind == "choice":
             return compiler.compile_grammar(choice_grammar(params.choice))

@@ -59,15 +59,23 @@ ANNOTATIONS = frozenset(
         "discriminator",  # OpenAPI's note on a oneOf, whose branches are checked themselves
     }
 )
+# The library's own date and time formats allow 2023-02-30 and a leap second at any minute:
+# these exact patterns replace them (whole seconds up to 59: a subset of the valid times, as
+# the library mis-compiles an optional fraction, `(\\.[0-9]{1,6})?`, inside a schema's pattern).
+_LEAP_YEAR = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)"
+_DATE = (
+    "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+    f"|02-(0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)"
+)
+_TIME = "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+FORMAT_PATTERNS = {"date": f"^{_DATE}$", "time": f"^{_TIME}$", "date-time": f"^{_DATE}T{_TIME}$"}
+# Not ipv4 (the library allows leading zeros, "014.1.1.1", which the format forbids) nor
+# hostname (it allows labels longer than 63 characters).
 FORMATS = frozenset(
     {
-        "date",
-        "time",
-        "date-time",
+        *FORMAT_PATTERNS,
         "duration",
         "email",
-        "hostname",
-        "ipv4",
         "ipv6",
         "uri",
         "uri-reference",
@@ -76,6 +84,12 @@ FORMATS = frozenset(
         "relative-json-pointer",
         "uuid",
     }
+)
+# Pairs the library accepts but enforces only one of (it says so, then drops the other).
+_EXCLUSIVE = (
+    ("format", ("minLength", "maxLength", "pattern")),
+    ("pattern", ("minLength", "maxLength")),
+    ("multipleOf", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")),
 )
 _SUBSCHEMA = ("additionalProperties", "unevaluatedProperties", "items")
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
@@ -93,6 +107,14 @@ def _check(node: Any, root: Any, path: str, param: str) -> None:
         return
     if not isinstance(node, dict):
         _refuse(param, path, "a schema must be an object or a boolean")
+    for first, others in _EXCLUSIVE:
+        clash = next((k for k in others if first in node and k in node), None)
+        if clash is not None:
+            _refuse(param, f"{path}/{clash}", f"{first} and {clash} together cannot be enforced while generating")
+    if "multipleOf" in node and node.get("type") != "integer":
+        _refuse(param, f"{path}/multipleOf", "multipleOf is enforced on integers only (type: integer)")
+    if isinstance(node.get("pattern"), str):
+        check_regex(node["pattern"], f"{param}: at {path}/pattern", param)
     for keyword, value in node.items():
         where = f"{path}/{keyword}"
         if keyword in ANNOTATIONS or keyword.startswith("x-"):
@@ -119,6 +141,23 @@ def _check(node: Any, root: Any, path: str, param: str) -> None:
                 _refuse(param, where, f"{keyword} must be a non-empty array")
             for i, sub in enumerate(value):
                 _check(sub, root, f"{where}/{i}", param)
+
+
+def exact_formats(node: Any) -> Any:
+    """A checked schema with the formats of FORMAT_PATTERNS written as their patterns."""
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    if out.get("format") in FORMAT_PATTERNS:
+        out["pattern"] = FORMAT_PATTERNS[out.pop("format")]
+    for keyword, value in node.items():
+        if keyword in _SUBSCHEMA:
+            out[keyword] = exact_formats(value)
+        elif keyword in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            out[keyword] = {name: exact_formats(sub) for name, sub in value.items()}
+        elif keyword in _SUBSCHEMA_LISTS and isinstance(value, list):
+            out[keyword] = [exact_formats(sub) for sub in value]
+    return out
 
 
 def _refuse(param: str, path: str, why: str) -> None:
@@ -173,3 +212,40 @@ def _resolve(schema: Any, root: Any) -> Any:
             return schema
         node = node[part]
     return node
+
+
+def check_regex(regex: str, where: str, param: str) -> None:
+    """Refuses what the library's regular expressions would drop: lookarounds, and anchors
+    anywhere but at the ends."""
+    plain = _outside_classes(regex)
+    for look in ("(?=", "(?!", "(?<=", "(?<!"):
+        if look in plain:
+            raise InvalidRequestError(
+                f"{where}: lookaround {look}...) cannot be enforced while generating", param=param
+            )
+    body = plain[1:] if plain.startswith("^") else plain
+    body = body[:-1] if body.endswith("$") else body
+    if "^" in body or "$" in body:
+        raise InvalidRequestError(f"{where}: anchors (^, $) are enforced only at the start and the end", param=param)
+
+
+def _outside_classes(regex: str) -> str:
+    """The regex without escaped characters and character classes (each becomes a dot)."""
+    out, i, in_class = [], 0, False
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            i += 2
+            out.append(".")
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            out.append(".")
+            if regex[i + 1 : i + 2] == "]":  # a leading ] is a member, not the end
+                i += 1
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)

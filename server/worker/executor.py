@@ -7,12 +7,12 @@ kernel that compiles after start-up (a variant the warm-up missed) is logged as 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
+from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
@@ -119,7 +119,7 @@ class InProcessExecutor:
     def check_device(self) -> None:
         self.runner.check_device()
 
-    def use_grammars(self, grammars: Mapping[str, Any]) -> None:
+    def use_grammars(self, grammars: Grammars) -> None:
         self.states.grammars = grammars
 
     def update_weights(self, path: str) -> None:

@@ -7,14 +7,12 @@ says when it may be forgotten."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
+from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import NewSequence, StepPlan
 from argosy.server.sampling_params import SamplingParams
-from argosy.server.structured.grammar_mask import GrammarState
+from argosy.server.structured.grammar_mask import GrammarState, Vocabulary
 from argosy.server.worker.block_tables import BlockTables
 
 CPU = torch.device("cpu")
@@ -72,7 +70,8 @@ class SequenceStates(dict[int, SequenceState]):
         self.tables = BlockTables(max_blocks_per_seq, device)
         self.vocab_size, self.eos_token_ids = vocab_size, list(eos_token_ids)
         # The compiled grammars, by constraint key (the engine's GrammarCompiler, in this process).
-        self.grammars: Mapping[str, Any] = {}
+        self.grammars: Grammars | None = None
+        self.vocabulary: Vocabulary | None = None  # made at the first constrained sequence
 
     def apply(self, plan: StepPlan) -> None:
         """Takes in what the plan says changed before its step runs."""
@@ -92,6 +91,11 @@ class SequenceStates(dict[int, SequenceState]):
                 tables.change(state.table_row, kept, added)
         tables.flush()
 
+    def _vocabulary(self) -> Vocabulary:
+        if self.vocabulary is None:
+            self.vocabulary = Vocabulary(self.grammars.vocab_bytes, self.vocab_size)
+        return self.vocabulary
+
     def _state(self, new: NewSequence) -> SequenceState:
         parent = None if new.fork_of is None else self[new.fork_of]
         prompt = new.prompt_token_ids if parent is None else parent.prompt_token_ids
@@ -103,5 +107,6 @@ class SequenceStates(dict[int, SequenceState]):
             state.grammar = parent.grammar.fork()
         elif constraint is not None:
             stops = self.eos_token_ids + list(new.params.stop_token_ids)
-            state.grammar = GrammarState.start(self.grammars[constraint.key], stops, self.vocab_size)
+            compiled, json = self.grammars[constraint.key], constraint.kind in ("json", "json_object")
+            state.grammar = GrammarState.start(compiled, stops, self._vocabulary(), json)
         return state

@@ -1,0 +1,151 @@
+"""Constrained generation in the offline engine on a random tiny model, sampling at temperature
+1: whatever the model prefers, every output satisfies its constraint, through parallel
+sampling, preemption, prefix hits, chunked prefill, the graph path's twin, stop strings and
+logprobs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+
+from argosy import SamplingParams
+from argosy.server.engine.llm_engine import LLMEngine
+from argosy.server.engine_config import EngineConfig
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.sampling_params import RequestOutputKind
+from argosy.server.structured.params import StructuredOutputsParams
+from tests.checkpoints import tiny_llm
+from tests.server.structured.schema_corpus import SCHEMAS
+
+PROMPT = "Answer in JSON:"
+
+
+def constrained(max_tokens: int = 400, **kwargs) -> SamplingParams:
+    constraint = {k: kwargs.pop(k) for k in list(kwargs) if k in ("json", "regex", "choice", "grammar", "json_object")}
+    return SamplingParams(
+        temperature=1.0, max_tokens=max_tokens, structured_outputs=StructuredOutputsParams(**constraint), **kwargs
+    )
+
+
+@pytest.fixture(scope="module")
+def llm(llama_checkpoint):
+    return tiny_llm(llama_checkpoint, structured_outputs_max_whitespace=2, kv_cache_memory=16 << 20)
+
+
+def test_the_corpus_has_fifty_schemas_and_each_is_valid():
+    assert len(SCHEMAS) >= 50
+    for schema in SCHEMAS:
+        jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_every_output_of_every_schema_validates(llm):
+    params = [constrained(json=schema, seed=i, n=2) for i, schema in enumerate(SCHEMAS)]
+    outputs = llm.generate([PROMPT] * len(SCHEMAS), params)
+    for schema, out in zip(SCHEMAS, outputs):
+        for choice in out.outputs:
+            assert choice.finish_reason == "stop", (schema, choice.text)
+            jsonschema.validate(
+                json.loads(choice.text), schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+            )
+
+
+def test_regex_choice_grammar_and_any_json_object(llm):
+    regex = r"[A-Z][a-z]{2,5}-[0-9]{1,3}"
+    out = llm.generate([PROMPT] * 8, [constrained(regex=regex, seed=i) for i in range(8)])
+    assert all(re.fullmatch(regex, o.outputs[0].text) for o in out), [o.outputs[0].text for o in out]
+    choices = ["alpha", "beta", "gamma delta"]
+    out = llm.generate([PROMPT] * 8, [constrained(choice=choices, seed=i) for i in range(8)])
+    assert {o.outputs[0].text for o in out} <= set(choices)
+    grammar = 'root ::= "(" digit ("+" digit)* ")"\ndigit ::= [0-9]'
+    out = llm.generate([PROMPT] * 4, [constrained(grammar=grammar, seed=i, max_tokens=60) for i in range(4)])
+    for o in out:
+        if o.outputs[0].finish_reason == "stop":
+            assert re.fullmatch(r"\([0-9](\+[0-9])*\)", o.outputs[0].text)
+    out = llm.generate([PROMPT] * 4, [constrained(json_object=True, seed=i, max_tokens=120) for i in range(4)])
+    for o in out:
+        if o.outputs[0].finish_reason == "stop":
+            assert isinstance(json.loads(o.outputs[0].text), dict)
+
+
+def test_a_completed_grammar_ends_the_output_with_stop_even_when_eos_is_ignored(llm):
+    out = llm.generate(PROMPT, constrained(choice=["yes", "no"], ignore_eos=True, max_tokens=50))[0].outputs[0]
+    assert out.text in ("yes", "no") and out.finish_reason == "stop"
+
+
+def test_parallel_samples_preemption_and_prefix_hits_keep_outputs_valid(llama_checkpoint):
+    # A cache of a few blocks: the sequences preempt one another and are recomputed.
+    llm = tiny_llm(llama_checkpoint, kv_cache_memory=40 * 8192, structured_outputs_max_whitespace=2)
+    schema = SCHEMAS[8]  # people: an array of objects
+    prompt = "A long shared prefix, so that the prompt spans whole blocks of the cache: " * 2
+    params = [constrained(json=schema, seed=i, n=3) for i in range(6)]
+    outputs = llm.generate([prompt] * 6, params)
+    stats = llm.stats()
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0
+    for out in outputs:
+        assert len(out.outputs) == 3
+        for choice in out.outputs:
+            jsonschema.validate(json.loads(choice.text), schema)
+
+
+def test_chunked_prefill_graph_twin_stop_strings_and_logprobs(llama_checkpoint):
+    llm = tiny_llm(
+        llama_checkpoint, max_num_batched_tokens=32, cuda_graph_sizes=[1, 2, 4, 8], structured_outputs_max_whitespace=2
+    )
+    schema = SCHEMAS[0]
+    long_prompt = "word " * 20  # some 80 tokens, prefilled in chunks of 32
+    outputs = llm.generate([long_prompt] * 4, [constrained(300, json=schema, seed=i, logprobs=2) for i in range(4)])
+    for out in outputs:
+        choice = out.outputs[0]
+        jsonschema.validate(json.loads(choice.text), schema)
+        assert len(choice.logprobs) == len(choice.token_ids)
+    # A stop string ends the output where it appears, constrained or not.
+    out = llm.generate(PROMPT, constrained(json=schema, stop=['"age"'], seed=3))[0].outputs[0]
+    assert '"age"' not in out.text and out.finish_reason == "stop" and out.text.startswith("{")
+
+
+def test_constraints_refuse_min_tokens_and_a_second_kind():
+    with pytest.raises(InvalidRequestError) as refused:
+        SamplingParams(min_tokens=3, structured_outputs=StructuredOutputsParams(regex="a"))
+    assert refused.value.param == "min_tokens"
+    with pytest.raises(InvalidRequestError, match="exactly one"):
+        StructuredOutputsParams(regex="a", choice=["b"])
+
+
+SLOW_SCHEMA = {
+    "type": "object",
+    "properties": {
+        f"q{i}": {
+            "type": "object",
+            "properties": {f"r{j}": {"type": "string", "pattern": "[a-z]{3,9}[0-9]{2,7}"} for j in range(12)},
+        }
+        for i in range(60)
+    },
+}
+
+
+def test_a_slow_grammar_holds_back_no_other_request(llama_checkpoint):
+    engine = LLMEngine(EngineConfig(model=str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20))
+    engine.add_request("slow", PROMPT, constrained(json=SLOW_SCHEMA))
+    delta = RequestOutputKind.DELTA
+    engine.add_request("plain", PROMPT, SamplingParams(max_tokens=8, ignore_eos=True, output_kind=delta))
+    slow_compile = engine.core.grammars.compiles[StructuredOutputsParams(json=SLOW_SCHEMA).key]
+    tokens_while_compiling = 0
+    while "plain" in engine.requests:
+        outputs = engine.step()
+        if not slow_compile.done():
+            tokens_while_compiling += sum(len(o.outputs[0].token_ids) for o in outputs if o.request_id == "plain")
+    assert not slow_compile.done(), "the slow grammar compiled before the other request ended: make it slower"
+    assert tokens_while_compiling == 8
+    engine.abort("slow")
+
+
+def test_a_grammar_past_its_time_limit_fails_its_request_alone(llama_checkpoint):
+    llm = tiny_llm(llama_checkpoint, structured_outputs_compile_timeout=0.2)
+    slow = StructuredOutputsParams(json={**SLOW_SCHEMA, "title": "another"}, field="response_format")
+    with pytest.raises(InvalidRequestError, match="did not compile within the time limit") as refused:
+        llm.generate(PROMPT, SamplingParams(max_tokens=5, structured_outputs=slow))
+    assert refused.value.param == "response_format"
+    assert llm.generate(PROMPT, SamplingParams(max_tokens=3, ignore_eos=True))[0].outputs[0].finish_reason == "length"
