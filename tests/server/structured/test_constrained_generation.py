@@ -21,6 +21,7 @@ from tests.checkpoints import tiny_llm
 from tests.server.structured.schema_corpus import SCHEMAS
 
 PROMPT = "Answer in JSON:"
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
 
 
 def constrained(max_tokens: int = 400, **kwargs) -> SamplingParams:
