@@ -40,7 +40,6 @@ ENFORCED = frozenset(
         "exclusiveMaximum",
         "multipleOf",
         "format",  # of FORMATS
-        "nullable",  # OpenAPI's
     }
 )
 # Words that describe and constrain nothing.
