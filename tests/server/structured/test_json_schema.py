@@ -17,42 +17,42 @@ from argosy.server.structured.json_schema import ANNOTATIONS, ENFORCED, FORMATS,
 from argosy.server.structured.params import StructuredOutputsParams
 from argosy.server.text.tokenizer import Tokenizer
 
-S = {"type": "string"}
-I = {"type": "integer"}
+STR = {"type": "string"}
+INT = {"type": "integer"}
 # keyword -> (schema, an instance keeping it, an instance breaking it)
 KEEPS_AND_BREAKS = {
     "type": ({"type": "integer"}, "3", '"3"'),
-    "properties": ({"type": "object", "properties": {"a": I}}, '{"a": 1}', '{"a": "x"}'),
-    "required": ({"type": "object", "properties": {"a": I}, "required": ["a"]}, '{"a": 1}', "{}"),
+    "properties": ({"type": "object", "properties": {"a": INT}}, '{"a": 1}', '{"a": "x"}'),
+    "required": ({"type": "object", "properties": {"a": INT}, "required": ["a"]}, '{"a": 1}', "{}"),
     "additionalProperties": (
-        {"type": "object", "properties": {"a": I}, "additionalProperties": False},
+        {"type": "object", "properties": {"a": INT}, "additionalProperties": False},
         '{"a": 1}',
         '{"b": 1}',
     ),
     "unevaluatedProperties": (
-        {"type": "object", "properties": {"a": I}, "unevaluatedProperties": I},
+        {"type": "object", "properties": {"a": INT}, "unevaluatedProperties": INT},
         '{"b": 2}',
         '{"b": "x"}',
     ),
-    "patternProperties": ({"type": "object", "patternProperties": {"^x": I}}, '{"x": 1}', '{"x": "s"}'),
-    "minProperties": ({"type": "object", "additionalProperties": I, "minProperties": 1}, '{"a": 1}', "{}"),
+    "patternProperties": ({"type": "object", "patternProperties": {"^x": INT}}, '{"x": 1}', '{"x": "s"}'),
+    "minProperties": ({"type": "object", "additionalProperties": INT, "minProperties": 1}, '{"a": 1}', "{}"),
     "maxProperties": (
-        {"type": "object", "additionalProperties": I, "maxProperties": 1},
+        {"type": "object", "additionalProperties": INT, "maxProperties": 1},
         '{"a": 1}',
         '{"a": 1, "b": 2}',
     ),
-    "items": ({"type": "array", "items": I}, "[1, 2]", '[1, "x"]'),
-    "prefixItems": ({"type": "array", "prefixItems": [S], "items": False}, '["a"]', "[1]"),
-    "minItems": ({"type": "array", "items": I, "minItems": 2}, "[1, 2]", "[1]"),
-    "maxItems": ({"type": "array", "items": I, "maxItems": 1}, "[1]", "[1, 2]"),
+    "items": ({"type": "array", "items": INT}, "[1, 2]", '[1, "x"]'),
+    "prefixItems": ({"type": "array", "prefixItems": [STR], "items": False}, '["a"]', "[1]"),
+    "minItems": ({"type": "array", "items": INT, "minItems": 2}, "[1, 2]", "[1]"),
+    "maxItems": ({"type": "array", "items": INT, "maxItems": 1}, "[1]", "[1, 2]"),
     "enum": ({"enum": ["a", 1, None]}, "null", '"b"'),
     "const": ({"const": {"a": 1}}, '{"a":1}', '{"a":2}'),
-    "anyOf": ({"anyOf": [I, {"type": "boolean"}]}, "true", '"x"'),
-    "oneOf": ({"oneOf": [I, S]}, '"x"', "true"),
+    "anyOf": ({"anyOf": [INT, {"type": "boolean"}]}, "true", '"x"'),
+    "oneOf": ({"oneOf": [INT, STR]}, '"x"', "true"),
     "allOf": ({"allOf": [{"type": "integer", "minimum": 5}]}, "6", "3"),
-    "$ref": ({"$defs": {"n": I}, "$ref": "#/$defs/n"}, "1", '"x"'),
-    "$defs": ({"$defs": {"n": S}, "type": "array", "items": {"$ref": "#/$defs/n"}}, '["a"]', "[1]"),
-    "definitions": ({"definitions": {"n": S}, "$ref": "#/definitions/n"}, '"a"', "1"),
+    "$ref": ({"$defs": {"n": INT}, "$ref": "#/$defs/n"}, "1", '"x"'),
+    "$defs": ({"$defs": {"n": STR}, "type": "array", "items": {"$ref": "#/$defs/n"}}, '["a"]', "[1]"),
+    "definitions": ({"definitions": {"n": STR}, "$ref": "#/definitions/n"}, '"a"', "1"),
     "pattern": ({"type": "string", "pattern": "^[a-z]{2}$"}, '"ab"', '"a1"'),
     "minLength": ({"type": "string", "minLength": 2}, '"ab"', '"a"'),
     "maxLength": ({"type": "string", "maxLength": 2}, '"ab"', '"abc"'),
@@ -79,13 +79,13 @@ FORMAT_EXAMPLES = {
 }
 REFUSED = [
     ({"type": "array", "uniqueItems": True}, "/uniqueItems"),
-    ({"type": "array", "contains": I}, "/contains"),
-    ({"not": S}, "/not"),
-    ({"if": I, "then": {"minimum": 1}}, "/if"),
+    ({"type": "array", "contains": INT}, "/contains"),
+    ({"not": STR}, "/not"),
+    ({"if": INT, "then": {"minimum": 1}}, "/if"),
     ({"type": "object", "dependentRequired": {"a": ["b"]}}, "/dependentRequired"),
     ({"type": "object", "propertyNames": {"pattern": "^x"}}, "/propertyNames"),
-    ({"allOf": [I, {"minimum": 5}]}, "/allOf"),
-    ({"oneOf": [I, {"type": "number"}]}, "/oneOf"),
+    ({"allOf": [INT, {"minimum": 5}]}, "/allOf"),
+    ({"oneOf": [INT, {"type": "number"}]}, "/oneOf"),
     ({"$ref": "http://example.com/schema.json"}, "/$ref"),
     ({"type": "string", "format": "ipv4"}, "/format"),
     ({"type": "integer", "nullable": True}, "/nullable"),  # OpenAPI's; type: [..., "null"] says it
@@ -95,7 +95,7 @@ REFUSED = [
     ({"type": "number", "multipleOf": 0.5}, "/multipleOf"),
     ({"type": "string", "pattern": "^(?=a)a+$"}, "/pattern"),
     ({"type": "string", "pattern": "a$|^b"}, "/pattern"),
-    ({"type": "object", "properties": {"deep": {"type": "array", "items": {"not": I}}}}, "/properties/deep/items/not"),
+    ({"properties": {"deep": {"type": "array", "items": {"not": INT}}}}, "/properties/deep/items/not"),
 ]
 
 
