@@ -96,3 +96,16 @@ def generated() -> list[dict]:
 
 
 SCHEMAS = HAND_WRITTEN + generated()
+
+
+# Seconds to compile (every pattern is a state machine of its own): the test of a slow grammar.
+SLOW_SCHEMA = {
+    "type": "object",
+    "properties": {
+        f"q{i}": {
+            "type": "object",
+            "properties": {f"r{j}": {"type": "string", "pattern": "[a-z]{3,9}[0-9]{2,7}"} for j in range(12)},
+        }
+        for i in range(60)
+    },
+}

@@ -18,7 +18,7 @@ from argosy.server.exceptions import InvalidRequestError
 from argosy.server.sampling_params import RequestOutputKind
 from argosy.server.structured.params import StructuredOutputsParams
 from tests.checkpoints import tiny_llm
-from tests.server.structured.schema_corpus import SCHEMAS
+from tests.server.structured.schema_corpus import SCHEMAS, SLOW_SCHEMA
 
 PROMPT = "Answer in JSON:"
 FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -113,18 +113,6 @@ def test_constraints_refuse_min_tokens_and_a_second_kind():
     assert refused.value.param == "min_tokens"
     with pytest.raises(InvalidRequestError, match="exactly one"):
         StructuredOutputsParams(regex="a", choice=["b"])
-
-
-SLOW_SCHEMA = {
-    "type": "object",
-    "properties": {
-        f"q{i}": {
-            "type": "object",
-            "properties": {f"r{j}": {"type": "string", "pattern": "[a-z]{3,9}[0-9]{2,7}"} for j in range(12)},
-        }
-        for i in range(60)
-    },
-}
 
 
 def test_a_slow_grammar_holds_back_no_other_request(llama_checkpoint):
