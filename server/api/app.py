@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response
 
 from argosy.server.api.adapters import AdaptersFileWatcher, ServedAdapters, startup_adapters
 from argosy.server.api.chat import create_chat_completion
+from argosy.server.api.chat_format import ChatFormat
 from argosy.server.api.completions import create_completion
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
@@ -47,6 +48,7 @@ async def run_engine(state: ServerState) -> None:
     core: CoreClient | None = None
     try:
         inputs = await asyncio.to_thread(InputProcessor.for_model, config.engine)
+        state.chat_format = ChatFormat.for_server(config.chat_template, config.tool_call_parser, inputs.tokenizer)
         registry = await asyncio.to_thread(startup_adapters, config)
         core = CoreClient(config.engine, config.log_format)
         ready = await core.wait_ready()

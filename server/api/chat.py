@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions."""
+"""POST /v1/chat/completions. With tools, each choice's text is parsed for calls (a ToolStream
+per streamed choice), and `finish_reason` is `tool_calls` where the model chose to call."""
 
 from __future__ import annotations
 
@@ -18,16 +19,20 @@ from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import Logprob, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
+from argosy.server.tools.parsers import Parsed, ToolParser
+from argosy.server.tools.tool_stream import ToolStream, call_body, new_call_id
 
 
 async def create_chat_completion(
     body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
 ) -> Response:
-    tokenizer = client.tokenizer
+    tokenizer, chat_format = client.tokenizer, state.chat_format
+    tools = body.tool_use()
+    parser = chat_format.parser(tools)
 
     def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], None]:
         try:
-            prompt = tokenizer.apply_chat_template(body.messages, body.add_generation_prompt is not False)
+            prompt = chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt is not False, tools)
             request = client.make_request(engine_request_id(request_id), prompt, params, False, lora)
             return [request], None
         except InvalidRequestError as exc:  # the prompt a chat call has is its messages
@@ -36,16 +41,25 @@ async def create_chat_completion(
             raise
 
     def reply(gen: Generation, params: SamplingParams, _: None) -> ChatReply:
-        return ChatReply(body, gen, params, body.model, tokenizer)
+        calls_finish = tools is not None and tools.mode in ("auto", "required")
+        return ChatReply(body, gen, params, body.model, tokenizer, parser, calls_finish)
 
     return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply)
 
 
 class ChatReply:
     def __init__(
-        self, body: ChatCompletionRequest, gen: Generation, params: SamplingParams, model: str, tokenizer: Tokenizer
+        self,
+        body: ChatCompletionRequest,
+        gen: Generation,
+        params: SamplingParams,
+        model: str,
+        tokenizer: Tokenizer,
+        parser: ToolParser | None = None,
+        calls_finish: bool = False,  # a choice that calls ends with finish_reason tool_calls
     ):
         self.request, self.gen, self.n, self.tokenizer = body, gen, params.n, tokenizer
+        self.parser, self.calls_finish = parser, calls_finish
         self.base = {"id": gen.request_id, "created": gen.created, "model": model}
 
     def stream(self) -> AsyncIterator[str]:
@@ -61,16 +75,26 @@ class ChatReply:
             for i in range(self.n)
         ]
 
+        streams: dict[int, ToolStream] = {}
+
         def chunk(index: int, delta: Delta) -> dict:
+            message, finish_reason = {"content": delta.text} if delta.text else {}, delta.finish_reason
+            if self.parser is not None:
+                stream = streams.setdefault(index, ToolStream(self.parser))
+                content, calls, parsed = stream.feed(delta.text, delta.finish_reason is not None)
+                message = {"content": content} if content else {}
+                if calls:
+                    message["tool_calls"] = calls
+                finish_reason = self._finish_reason(finish_reason, parsed)
             return {
                 **base,
                 "usage": None,
                 "choices": [
                     {
                         "index": index,
-                        "delta": {"content": delta.text} if delta.text else {},
+                        "delta": message,
                         "logprobs": self._logprobs(delta),
-                        "finish_reason": delta.finish_reason,
+                        "finish_reason": finish_reason,
                         "stop_reason": delta.stop_reason,
                     }
                 ],
@@ -81,17 +105,31 @@ class ChatReply:
 
     def body(self, finals: list[RequestOutput]) -> dict:
         (final,) = finals
-        choices = [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": self._logprobs(Delta(c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)),
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-            for c in final.outputs
-        ]
+        choices = []
+        for c in final.outputs:
+            message, finish_reason = {"role": "assistant", "content": c.text}, c.finish_reason
+            if self.parser is not None:
+                parsed = self.parser.parse(c.text, True)
+                message["content"] = parsed.content or (None if parsed.calls else "")
+                if parsed.calls:
+                    message["tool_calls"] = [call_body(call, new_call_id()) for call in parsed.calls]
+                finish_reason = self._finish_reason(finish_reason, parsed)
+            choices.append(
+                {
+                    "index": c.index,
+                    "message": message,
+                    "logprobs": self._logprobs(Delta(c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)),
+                    "finish_reason": finish_reason,
+                    "stop_reason": c.stop_reason,
+                }
+            )
         return {**self.base, "object": "chat.completion", "choices": choices, "usage": self.gen.usage()}
+
+    def _finish_reason(self, engine_reason: str | None, parsed: Parsed) -> str | None:
+        """tool_calls where the model chose to call and stopped there; the engine's otherwise."""
+        if engine_reason == "stop" and self.calls_finish and parsed.calls:
+            return "tool_calls"
+        return engine_reason
 
     def _logprobs(self, delta: Delta) -> dict | None:
         if not self.request.logprobs:

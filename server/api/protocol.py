@@ -12,6 +12,8 @@ from argosy.server.api.structured_fields import read_constraints
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
 from argosy.server.structured.params import StructuredOutputsParams
+from argosy.server.tools.request import ToolUse, read_tools
+from argosy.server.tools.tool_grammars import tool_constraint
 
 
 class StreamOptions(BaseModel):
@@ -119,11 +121,25 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     add_generation_prompt: bool | None = None
-    tools: list[Any] | None = None
+    tools: Any = None  # checked by read_tools, which names the field at fault
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+
+    def tool_use(self) -> ToolUse | None:
+        return read_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def constraint(self) -> StructuredOutputsParams | None:
+        """A schema asked for, or the grammar of the calls tool_choice requires: one at most."""
+        asked = read_constraints(self)
+        tools = self.tool_use()
+        required = None if tools is None else tool_constraint(tools)
+        if asked is not None and required is not None:
+            raise InvalidRequestError(
+                f"a request takes one constraint; got {asked.field} and tool_choice {tools.mode}", param="tool_choice"
+            )
+        return asked or required
 
     def to_sampling_params(self) -> SamplingParams:
-        if self.tools:
-            raise InvalidRequestError("tools are not supported", param="tools")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
         given = self.max_completion_tokens is not None

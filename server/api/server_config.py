@@ -58,6 +58,15 @@ class ServerConfig:
     enable_sleep_mode: bool = setting(
         False, "serve /sleep, /wake_up and /is_sleeping: the KV cache and weights freed for a trainer on the GPU"
     )
+    chat_template: str | None = setting(
+        None, "the chat template, a file or the template itself; default: the checkpoint's"
+    )
+    tool_call_parser: Literal["hermes", "smollm2", "llama3_json"] | None = setting(
+        None, "the format the model writes tool calls in; default: found from its chat template"
+    )
+    enable_auto_tool_choice: bool = setting(
+        True, "accepted for vLLM's command lines: tool_choice auto is always served where the format is known"
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.allow_runtime_lora_updating, str):  # from the environment

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from argosy.server.api.adapters import ServedAdapters
+from argosy.server.api.chat_format import ChatFormat
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.server_config import ServerConfig
@@ -20,6 +21,7 @@ class ServerState:
     metrics: ServerMetrics
     client: EngineClient | None = None  # set once the model is loaded
     adapters: ServedAdapters | None = None  # with LoRA on, once the model is loaded
+    chat_format: ChatFormat | None = None  # once the tokenizer is read
     weights: WeightsControl = field(default_factory=WeightsControl)
     failure: str | None = None  # why the server must exit: the model did not load, or the core died
     exit_code: int = 0  # of `argosy serve`, set with `failure`

@@ -41,16 +41,48 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
             content = "".join(p.get("text", "") for p in content)
         if content is not None and not isinstance(content, str):
             raise InvalidRequestError(f"messages[{i}].content must be a string", param=f"messages[{i}].content")
-        result.append({**message, "content": content or ""})
+        checked = {**message, "content": content or ""}
+        if message["role"] == "assistant" and message.get("tool_calls") is not None:
+            checked["tool_calls"] = _tool_calls(message["tool_calls"], f"messages[{i}].tool_calls")
+        if message["role"] == "tool" and not isinstance(message.get("tool_call_id"), str):
+            raise InvalidRequestError(
+                f"messages[{i}] is a tool result: it needs the tool_call_id it answers",
+                param=f"messages[{i}].tool_call_id",
+            )
+        result.append(checked)
     return result
 
 
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An assistant turn's calls, their arguments as objects (what chat templates expect)."""
+    if not isinstance(calls, list):
+        raise InvalidRequestError(f"{where} must be a list", param=where)
+    checked = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise InvalidRequestError(f"{where}[{j}] must have a function with a name", param=f"{where}[{j}]")
+        arguments = function.get("arguments", "{}")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError as exc:
+            raise InvalidRequestError(
+                f"{where}[{j}].function.arguments is not JSON: {exc}", param=f"{where}[{j}].function.arguments"
+            ) from exc
+        checked.append({**call, "function": {**function, "arguments": arguments}})
+    return checked
+
+
 def render(
-    template: str, messages: list[dict[str, Any]], add_generation_prompt: bool, special_tokens: dict[str, str]
+    template: str,
+    messages: list[dict[str, Any]],
+    add_generation_prompt: bool,
+    special_tokens: dict[str, str],
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
     try:
         return _compile(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **special_tokens
+            messages=messages, add_generation_prompt=add_generation_prompt, tools=tools, **special_tokens
         )
     except InvalidRequestError:
         raise

@@ -99,13 +99,18 @@ class Tokenizer:
             return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
     def apply_chat_template(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, template: str | None = None
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        template: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
         template = template or self.chat_template
         if template is None:
             raise InvalidRequestError("this model has no chat template; use a completion prompt", param="messages")
         special = {k: v or "" for k, v in self.special_tokens.items()}
-        return chat_template.render(template, chat_template.validate_messages(messages), add_generation_prompt, special)
+        messages = chat_template.validate_messages(messages)
+        return chat_template.render(template, messages, add_generation_prompt, special, tools)
 
     def encode_chat(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, template: str | None = None

@@ -1,0 +1,61 @@
+"""ChatFormat: how this server turns conversations into prompts and reads tool calls back: the
+chat template (the checkpoint's, or --chat-template's) and the tool-call format of the model's
+family (found in the template, or --tool-call-parser's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from argosy.server.exceptions import ArgosyError, InvalidRequestError
+from argosy.server.text.tokenizer import Tokenizer
+from argosy.server.tools.family import family_of, tools_template
+from argosy.server.tools.parsers import PARSERS, JsonArrayParser, NamedParser, ToolParser
+from argosy.server.tools.request import ToolUse
+
+
+@dataclass(frozen=True)
+class ChatFormat:
+    template: str | None
+    tool_parser: str | None  # the family's format of tool calls; None where unknown
+
+    @classmethod
+    def for_server(cls, chat_template: str | None, tool_call_parser: str | None, tokenizer: Tokenizer) -> ChatFormat:
+        template = load_chat_template(chat_template) if chat_template else tokenizer.chat_template
+        return cls(template, tool_call_parser or family_of(template))
+
+    def prompt(
+        self, tokenizer: Tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: ToolUse | None
+    ) -> str:
+        if tools is None:
+            return tokenizer.apply_chat_template(messages, add_generation_prompt, self.template)
+        template = tools_template(self.template, self.tool_parser)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt, template, tools.template_tools())
+
+    def parser(self, tools: ToolUse | None) -> ToolParser | None:
+        """What reads the calls of a request's output (None: it makes none)."""
+        if tools is None or tools.mode == "none":
+            return None
+        if tools.mode == "function":
+            return NamedParser(tools.name)
+        if tools.mode == "required":
+            return JsonArrayParser()
+        if self.tool_parser is None:
+            raise InvalidRequestError(
+                "the tool-call format of this model is unknown: start the server with --tool-call-parser, or use "
+                "tool_choice required or a named function",
+                param="tool_choice",
+            )
+        return PARSERS[self.tool_parser]()
+
+
+def load_chat_template(value: str) -> str:
+    """--chat-template: a file holding the template, or the template itself, as vLLM takes it."""
+    path = Path(value)
+    if "{" not in value:
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise ArgosyError(f"--chat-template {value}: {exc.strerror or exc}") from exc
+    return value
