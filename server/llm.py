@@ -12,6 +12,8 @@ from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.lora.request import LoRARequest
 from argosy.server.outputs import EngineStats, RequestOutput
 from argosy.server.sampling_params import RequestOutputKind, SamplingParams
+from argosy.server.tools.chat_format import ChatFormat
+from argosy.server.tools.request import read_tools
 
 PromptInput = str | dict[str, Any]
 Conversation = list[dict[str, Any]]
@@ -48,10 +50,18 @@ class LLM:
         add_generation_prompt: bool = True,
         chat_template: str | None = None,
         lora_request: LoRARequest | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[RequestOutput]:
+        """`tools` (OpenAI's shape) are shown to the model by the chat template, as the server
+        shows them; the outputs are its text, calls unparsed."""
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
         tokenizer = self.engine.tokenizer
-        prompts = [tokenizer.encode_chat(c, add_generation_prompt, chat_template) for c in conversations]
+        chat = ChatFormat.for_model(chat_template, None, tokenizer)
+        tool_use = read_tools(tools, None, None)
+        prompts = [
+            tokenizer.encode(chat.prompt(tokenizer, c, add_generation_prompt, tool_use), add_special_tokens=False)
+            for c in conversations
+        ]
         return self._run(prompts, [sampling_params or SamplingParams()] * len(prompts), [lora_request] * len(prompts))
 
     def stats(self) -> EngineStats:

@@ -13,7 +13,6 @@ from fastapi.responses import JSONResponse, Response
 
 from argosy.server.api.adapters import AdaptersFileWatcher, ServedAdapters, startup_adapters
 from argosy.server.api.chat import create_chat_completion
-from argosy.server.api.chat_format import ChatFormat
 from argosy.server.api.completions import create_completion
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.engine_client import EngineClient
@@ -36,6 +35,7 @@ from argosy.server.api.weight_routes import install_weight_routes
 from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
 from argosy.server.interface import HEALTH_PATH, LIVE_PATH, METRICS_PATH
+from argosy.server.tools.chat_format import ChatFormat
 
 log = logging.getLogger("argosy.api")
 ENGINE_DIED_EXIT_CODE = 70  # sysexits' EX_SOFTWARE: the engine core process died or hung
@@ -48,7 +48,7 @@ async def run_engine(state: ServerState) -> None:
     core: CoreClient | None = None
     try:
         inputs = await asyncio.to_thread(InputProcessor.for_model, config.engine)
-        state.chat_format = ChatFormat.for_server(config.chat_template, config.tool_call_parser, inputs.tokenizer)
+        state.chat_format = ChatFormat.for_model(config.chat_template, config.tool_call_parser, inputs.tokenizer)
         registry = await asyncio.to_thread(startup_adapters, config)
         core = CoreClient(config.engine, config.log_format)
         ready = await core.wait_ready()

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from argosy.server.api.adapters import ServedAdapters
-from argosy.server.api.chat_format import ChatFormat
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.weights import WeightsControl
 from argosy.server.exceptions import NotFoundError
 from argosy.server.lora.request import AdapterRef
+from argosy.server.tools.chat_format import ChatFormat
 
 
 @dataclass

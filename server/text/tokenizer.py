@@ -112,14 +112,6 @@ class Tokenizer:
         messages = chat_template.validate_messages(messages)
         return chat_template.render(template, messages, add_generation_prompt, special, tools)
 
-    def encode_chat(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, template: str | None = None
-    ) -> list[int]:
-        """A conversation as prompt tokens; the template writes the special tokens itself."""
-        return self.encode(
-            self.apply_chat_template(messages, add_generation_prompt, template), add_special_tokens=False
-        )
-
 
 def _byte_level_alphabet() -> dict[str, int]:
     """Byte-level BPE spells each byte as a printable character; this maps them back."""

@@ -53,7 +53,7 @@ CASES = [
     ("/v1/chat/completions", {**OK_CHAT, "messages": [{"content": "x"}]}, 400, "invalid_request_error", "messages[0]"),
     ("/v1/chat/completions", {**OK_CHAT, "messages": "hello"}, 400, "invalid_request_error", "messages"),
     ("/v1/chat/completions", {**OK_CHAT, "top_logprobs": 3}, 400, "invalid_request_error", "top_logprobs"),
-    ("/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function"}]}, 400, "invalid_request_error", "tools"),
+    ("/v1/chat/completions", {**OK_CHAT, "tools": [{"type": "function"}]}, 400, "invalid_request_error", "tools[0]"),
     (
         "/v1/chat/completions",
         {**OK_CHAT, "max_completion_tokens": -5},

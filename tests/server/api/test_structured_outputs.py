@@ -29,14 +29,6 @@ class City(BaseModel):
     capital: bool
 
 
-@pytest.fixture(scope="module")
-def default_server():
-    with run_server(
-        None, served_model_name="default", dtype="auto", max_model_len=1024, kv_cache_memory=64 << 20
-    ) as running:
-        yield running
-
-
 def test_the_official_client_parses_a_pydantic_model_on_the_default_model(default_server):
     client = default_server.client()
     completion = client.chat.completions.parse(

@@ -5,6 +5,7 @@ joined)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given, settings
@@ -25,7 +26,7 @@ def stream(parser, text: str, cuts: list[int]) -> tuple[str, list[tuple[str, str
     """The SDK's accumulation of a stream cut at `cuts`: content, calls (name, arguments), ids."""
     tool_stream, content, accumulated, ids = ToolStream(parser), "", {}, set()
     bounds = [0, *sorted(set(cuts)), len(text)]
-    for i, (start, end) in enumerate(zip(bounds, bounds[1:])):
+    for i, (start, end) in enumerate(itertools.pairwise(bounds)):
         new_content, deltas, _ = tool_stream.feed(text[start:end], final=i == len(bounds) - 2)
         content += new_content
         for delta in deltas:
@@ -114,7 +115,7 @@ def test_the_required_list_and_a_named_function(written, space, data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(cut_points(st.text(alphabet="<tol_ca>/{}[]\"name:, x", max_size=60)))
+@given(cut_points(st.text(alphabet='<tol_ca>/{}[]"name:, x', max_size=60)))
 def test_any_text_at_all_streams_to_its_whole_parse(case):
     """Malformed and truncated outputs too: what is sent never has to be taken back."""
     text, cuts = case

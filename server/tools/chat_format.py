@@ -1,6 +1,6 @@
-"""ChatFormat: how this server turns conversations into prompts and reads tool calls back: the
-chat template (the checkpoint's, or --chat-template's) and the tool-call format of the model's
-family (found in the template, or --tool-call-parser's)."""
+"""ChatFormat: how conversations become prompts and tool calls are read back: the chat template
+(the checkpoint's, or --chat-template's) and the tool-call format of the model's family (found
+in the template, or --tool-call-parser's)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class ChatFormat:
     tool_parser: str | None  # the family's format of tool calls; None where unknown
 
     @classmethod
-    def for_server(cls, chat_template: str | None, tool_call_parser: str | None, tokenizer: Tokenizer) -> ChatFormat:
+    def for_model(cls, chat_template: str | None, tool_call_parser: str | None, tokenizer: Tokenizer) -> ChatFormat:
         template = load_chat_template(chat_template) if chat_template else tokenizer.chat_template
         return cls(template, tool_call_parser or family_of(template))
 
