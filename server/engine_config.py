@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from argosy.flags import literal_choices, setting
@@ -25,6 +26,9 @@ class EngineConfig:
 
     model: str | None = setting(
         None, "checkpoint folder (Hugging Face layout); default: the embedded SmolLM2-135M-Instruct"
+    )
+    tokenizer: str | None = setting(
+        None, "tokenizer folder (tokenizer.json, tokenizer_config.json); default: the model's"
     )
     served_model_name: str | None = setting(
         None, "model name reported by the API and in metrics; default: the model path"
@@ -70,6 +74,7 @@ class EngineConfig:
     max_cpu_loras: int | None = setting(
         None, "LoRA adapters kept in host memory, least recently used evicted first; default max_loras"
     )
+    max_logprobs: int = setting(20, "the most log-probabilities a request may ask for per token")
     structured_outputs_compile_timeout: float = setting(
         10.0, "seconds a request waits for its grammar to compile before it fails (400)"
     )
@@ -95,6 +100,7 @@ class EngineConfig:
             "max_lora_rank",
             "max_cpu_loras",
             "structured_outputs_max_whitespace",
+            "max_logprobs",
         ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -120,6 +126,10 @@ class EngineConfig:
             value = getattr(self, name)
             if choices is not None and value not in choices and not (optional and value is None):
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
+
+
+def tokenizer_path(config: EngineConfig, model_path: Path) -> Path:
+    return Path(config.tokenizer) if config.tokenizer else model_path
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from argosy.server.structured.params import StructuredOutputsParams
 
 # Below this a temperature is treated as greedy: dividing logits by it would overflow.
 GREEDY_EPSILON = 1e-5
-MAX_LOGPROBS = 20
 
 
 class RequestOutputKind(enum.IntEnum):
@@ -102,9 +101,9 @@ class SamplingParams:
             f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
         )
         _check(
-            self.logprobs is None or 0 <= self.logprobs <= MAX_LOGPROBS,
+            self.logprobs is None or self.logprobs >= 0,
             "logprobs",
-            f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}",
+            f"logprobs must be non-negative, got {self.logprobs}",
         )
         _check(
             all(isinstance(s, str) and s for s in self.stop_strings), "stop", "stop strings must be non-empty strings"

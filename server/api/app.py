@@ -9,6 +9,7 @@ import time
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from argosy.server.api.adapters import AdaptersFileWatcher, ServedAdapters, startup_adapters
@@ -29,8 +30,10 @@ from argosy.server.api.openapi_spec import (
     install_openapi,
 )
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
+from argosy.server.api.request_log import RequestLog
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
+from argosy.server.api.tokenize_routes import install_tokenize_routes
 from argosy.server.api.weight_routes import install_weight_routes
 from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
@@ -97,6 +100,8 @@ async def run_engine(state: ServerState) -> None:
         log.exception("starting to serve failed")
         await core.shutdown(kill=True)
         return state.fail(f"starting to serve failed: {type(exc).__name__}: {exc}", ENGINE_DIED_EXIT_CODE)
+    if config.enable_log_requests:
+        client.request_log = RequestLog(config.max_log_len)
     state.client = client
     watcher = None
     if config.lora_config_file and state.adapters is not None:
@@ -131,6 +136,13 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(JSONBodies)
     if config.api_key:
         app.add_middleware(APIKeyCheck, key=config.api_key)
+    app.add_middleware(  # outside the key check: a browser's preflight carries no key
+        CORSMiddleware,
+        allow_origins=config.allowed_origins,
+        allow_methods=config.allowed_methods,
+        allow_headers=config.allowed_headers,
+        allow_credentials=config.allow_credentials,
+    )
     app.add_middleware(ResponsesInFlight, state=state)  # the outermost: it sees every response
 
     def loaded_engine() -> EngineClient:
@@ -187,6 +199,7 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     install_lora_routes(app, state, serving_engine)
     install_weight_routes(app, state, loaded_engine)
+    install_tokenize_routes(app, state, loaded_engine)
 
     @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):

@@ -35,9 +35,8 @@ async def create_chat_completion(
             prompt = chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt is not False, tools)
             request = client.make_request(engine_request_id(request_id), prompt, params, False, lora)
             return [request], None
-        except InvalidRequestError as exc:  # the prompt a chat call has is its messages
-            if exc.param == "prompt":
-                exc.param = "messages"
+        except InvalidRequestError as exc:  # name what a chat call has: messages, top_logprobs
+            exc.param = {"prompt": "messages", "logprobs": "top_logprobs"}.get(exc.param, exc.param)
             raise
 
     def reply(gen: Generation, params: SamplingParams, _: None) -> ChatReply:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.progress_watchdog import PING, Hang, ProgressWatchdog
+from argosy.server.api.request_log import RequestLog
 from argosy.server.api.request_stream import RequestStream, StreamLimits
 from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
@@ -65,6 +66,7 @@ class EngineClient:
         self.weight_version = "0"  # of the weights serving: every response names it
         self.unavailable: str | None = None  # why nothing is admitted now (asleep, weights changing)
         self._control: asyncio.Future[protocol.ControlDone] | None = None  # the Control command awaiting its answer
+        self.request_log: RequestLog | None = None  # with --enable-log-requests
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -143,6 +145,8 @@ class EngineClient:
         stream = self._streams[request.request_id] = RequestStream(request.request_id, wake, self.limits, self._forget)
         self.outputs.add(request)
         self.core.send(request.core)
+        if self.request_log is not None:
+            self.request_log.received(request)
         if (constraint := request.params.structured_outputs) is not None:
             self.metrics.count_structured(constraint.kind)
         self._sent += 1

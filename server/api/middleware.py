@@ -67,7 +67,7 @@ class APIKeyCheck:
         return token is not None and hmac.compare_digest(token, self.expected)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and _guarded(scope["path"]) and not self._allowed(scope):
+        if scope["type"] == "http" and _guarded(route_path(scope)) and not self._allowed(scope):
             response = error_response(
                 APIError(401, "invalid or missing API key", "authentication_error", code="invalid_api_key")
             )
@@ -76,8 +76,14 @@ class APIKeyCheck:
 
 
 def _guarded(path: str) -> bool:
-    """The API, and the sleep-mode routes that change what serves."""
-    return path.startswith("/v1") or path in SLEEP_PATHS
+    """The API, the sleep-mode routes that change what serves, and the tokenizer's routes."""
+    return path.startswith("/v1") or path in SLEEP_PATHS or path in ("/tokenize", "/detokenize")
+
+
+def route_path(scope) -> str:
+    """The path the routes see: without the --root-path prefix the request may carry."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 class JSONBodies:
@@ -88,7 +94,7 @@ class JSONBodies:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/v1"):
+        if scope["type"] == "http" and scope["method"] == "POST" and route_path(scope).startswith("/v1"):
             content_type = header(scope, b"content-type") or b""
             if content_type.split(b";")[0].strip().lower() != b"application/json":
                 response = error_response(

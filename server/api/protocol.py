@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from argosy.server.api.structured_fields import read_constraints
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.sampling_params import MAX_LOGPROBS, SamplingParams
+from argosy.server.sampling_params import SamplingParams
 from argosy.server.structured.params import StructuredOutputsParams
 from argosy.server.tools.request import ToolUse, read_tools
 from argosy.server.tools.tool_grammars import tool_constraint
@@ -87,7 +87,7 @@ SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)} & set(Sam
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = 16
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    logprobs: int | None = Field(default=None, ge=0)  # at most the server's max_logprobs
     echo: bool | None = None
     best_of: int | None = None
     suffix: str | None = None
@@ -119,7 +119,7 @@ class ChatCompletionRequest(SamplingFields):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: int | None = Field(default=None, ge=0)
     add_generation_prompt: bool | None = None
     tools: Any = None  # checked by read_tools, which names the field at fault
     tool_choice: Any = None

@@ -103,6 +103,9 @@ def uvicorn_config(app, config: ServerConfig) -> uvicorn.Config:
         log_config=None,
         timeout_graceful_shutdown=CUT_RESPONSES_SECONDS,
         http=bounded_protocol(config.header_timeout, config.max_connections),
+        ssl_keyfile=config.ssl_keyfile,
+        ssl_certfile=config.ssl_certfile,
+        root_path=config.root_path,
     )
 
 

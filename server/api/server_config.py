@@ -3,6 +3,7 @@ and help, and the engine's own EngineConfig."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -67,8 +68,25 @@ class ServerConfig:
     enable_auto_tool_choice: bool = setting(
         True, "accepted for vLLM's command lines: tool_choice auto is always served where the format is known"
     )
+    ssl_keyfile: str | None = setting(None, "the TLS private key: serve HTTPS (with --ssl-certfile)")
+    ssl_certfile: str | None = setting(None, "the TLS certificate chain: serve HTTPS (with --ssl-keyfile)")
+    root_path: str = setting(
+        "", "the path prefix a proxy serves this server under, stripping it (the API docs name it)"
+    )
+    allowed_origins: list[str] = setting(
+        [], 'CORS origins allowed (a JSON list, as vLLM takes it, or repeated); default ["*"]'
+    )
+    allowed_methods: list[str] = setting([], 'CORS methods allowed; default ["*"]')
+    allowed_headers: list[str] = setting([], 'CORS headers allowed; default ["*"]')
+    allow_credentials: bool = setting(False, "CORS: allow credentials (cookies, authorization headers)")
+    enable_log_requests: bool = setting(False, "log each request: its id, prompt, token ids and sampling parameters")
+    max_log_len: int | None = setting(None, "characters and token ids of a prompt that a request's log line shows")
 
     def __post_init__(self) -> None:
+        for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
+            setattr(self, name, _json_or_list(getattr(self, name), name) or ["*"])
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise InvalidRequestError("give --ssl-keyfile and --ssl-certfile together", param="ssl_certfile")
         if isinstance(self.allow_runtime_lora_updating, str):  # from the environment
             self.allow_runtime_lora_updating = self.allow_runtime_lora_updating.strip().lower() in ("1", "true", "yes")
         for name in ("lora_modules", "lora_config_file", "allow_runtime_lora_updating"):
@@ -86,6 +104,19 @@ class ServerConfig:
     @property
     def stream_limits(self) -> StreamLimits:
         return StreamLimits(self.max_unread_tokens, self.stream_stall_timeout)
+
+
+def _json_or_list(values: list[str], name: str) -> list[str]:
+    """Values given as repeated flags, or as one JSON list (vLLM's form)."""
+    if len(values) == 1 and values[0].lstrip().startswith("["):
+        try:
+            parsed = json.loads(values[0])
+        except ValueError as exc:
+            raise InvalidRequestError(f"{name}: not a JSON list: {exc}", param=name) from exc
+        if not isinstance(parsed, list) or not all(isinstance(v, str) for v in parsed):
+            raise InvalidRequestError(f"{name} must be a list of strings", param=name)
+        return parsed
+    return list(values)
 
 
 def resolve_api_key(config: ServerConfig) -> str | None:

@@ -22,7 +22,7 @@ from argosy.server.engine.scheduler import Scheduler
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.engine.step_planner import StepPlanner
 from argosy.server.engine.stop_conditions import finish_reason
-from argosy.server.engine_config import EngineConfig, resolve_limits
+from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.executor import Executor, make_executor
 from argosy.server.executor.plan import StepResult, TokenLogprobs
@@ -44,7 +44,7 @@ class EngineCore:
         path = resolve_model_path(config.model)
         self.model_config = ModelConfig.from_folder(path)
         self.limits = resolve_limits(config, self.model_config)
-        tokenizer = Tokenizer(path)
+        tokenizer = Tokenizer(tokenizer_path(config, path))
         eos = self.model_config.eos_token_ids or _tokenizer_eos(tokenizer)
         self.eos_token_ids = frozenset(eos)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))

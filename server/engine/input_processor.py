@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from argosy.server.engine.core_protocol import EngineCoreRequest
-from argosy.server.engine_config import EngineConfig, resolve_limits
+from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.lora.request import AdapterRef
 from argosy.server.models.default_model import resolve_model_path
@@ -40,11 +40,14 @@ class NewRequest:
 
 
 class InputProcessor:
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int, max_model_len: int, max_num_seqs: int):
+    def __init__(
+        self, tokenizer: Tokenizer, vocab_size: int, max_model_len: int, max_num_seqs: int, max_logprobs: int = 20
+    ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
+        self.max_logprobs = max_logprobs
 
     @classmethod
     def for_model(cls, config: EngineConfig) -> InputProcessor:
@@ -53,7 +56,8 @@ class InputProcessor:
         path = resolve_model_path(config.model)
         model_config = ModelConfig.from_folder(path)
         limits = resolve_limits(config, model_config)
-        return cls(Tokenizer(path), model_config.vocab_size, limits.max_model_len, config.max_num_seqs)
+        tokenizer = Tokenizer(tokenizer_path(config, path))
+        return cls(tokenizer, model_config.vocab_size, limits.max_model_len, config.max_num_seqs, config.max_logprobs)
 
     def make_request(
         self,
@@ -102,6 +106,11 @@ class InputProcessor:
         if bad is not None:
             raise InvalidRequestError(
                 f"stop token id {bad} is outside the vocabulary [0, {vocab})", param="stop_token_ids"
+            )
+        if params.logprobs is not None and params.logprobs > self.max_logprobs:
+            raise InvalidRequestError(
+                f"logprobs ({params.logprobs}) exceeds the server's max_logprobs ({self.max_logprobs})",
+                param="logprobs",
             )
         if params.n > self.max_num_seqs:
             raise InvalidRequestError(f"n ({params.n}) exceeds max_num_seqs ({self.max_num_seqs})", param="n")

@@ -74,9 +74,11 @@ def run_server(checkpoint, **settings) -> Iterator[RunningServer]:
     server = DrainingServer(uvicorn_config(app, config), state)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{config.port}"
+    scheme = "https" if config.ssl_certfile else "http"
+    url = f"{scheme}://127.0.0.1:{config.port}"
     try:
-        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200, 60, "the server to become healthy")
+        healthy = lambda: httpx.get(f"{url}/health", verify=False).status_code == 200  # noqa: E731
+        wait_until(healthy, 60, "the server to become healthy")
         yield RunningServer(url, state, server, thread)
     finally:
         server.should_exit = True
