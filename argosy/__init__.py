@@ -10,7 +10,15 @@ import importlib
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["LLM", "CompletionOutput", "LoRARequest", "RequestOutput", "SamplingParams", "__version__"]
+__all__ = [
+    "LLM",
+    "CompletionOutput",
+    "LoRARequest",
+    "RequestOutput",
+    "SamplingParams",
+    "StructuredOutputsParams",
+    "__version__",
+]
 
 _EXPORTS = {
     "LLM": "argosy.server.llm",
@@ -18,6 +26,7 @@ _EXPORTS = {
     "RequestOutput": "argosy.server.outputs",
     "CompletionOutput": "argosy.server.outputs",
     "LoRARequest": "argosy.server.lora.request",
+    "StructuredOutputsParams": "argosy.server.structured.params",
 }
 
 if TYPE_CHECKING:
@@ -25,6 +34,7 @@ if TYPE_CHECKING:
     from argosy.server.lora.request import LoRARequest
     from argosy.server.outputs import CompletionOutput, RequestOutput
     from argosy.server.sampling_params import SamplingParams
+    from argosy.server.structured.params import StructuredOutputsParams
 
 
 def __getattr__(name: str):
