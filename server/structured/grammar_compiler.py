@@ -17,13 +17,15 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-
-import xgrammar as xgr
+from typing import TYPE_CHECKING
 
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.structured.json_schema import check_regex, check_schema, exact_formats
 from argosy.server.structured.params import StructuredOutputsParams
 from argosy.server.text.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # imported where a grammar is compiled: an engine serves without it
+    import xgrammar as xgr
 
 COMPILE_THREADS = 2
 CACHED_GRAMMARS = 256  # distinct constraints kept compiled, least recently used out first
@@ -33,6 +35,8 @@ _LIBRARY_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[19:51:01] /project/c
 def tokenizer_info(tokenizer: Tokenizer, vocab_size: int, eos_token_ids: list[int]) -> xgr.TokenizerInfo:
     """The vocabulary as the grammar library reads it: each token's raw bytes (special tokens
     as nothing, so that no grammar produces them), padded to the model's vocab_size."""
+    import xgrammar as xgr
+
     special = tokenizer.special_ids
     vocab = [b"" if i in special else raw for i, raw in enumerate(tokenizer.vocab_bytes)]
     return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=list(eos_token_ids))
@@ -102,6 +106,11 @@ class GrammarCompiler:
             compiled = self._compile_kind(params)
         except InvalidRequestError:
             raise
+        except ImportError as exc:
+            raise InvalidRequestError(
+                f"{params.field}: this server cannot hold outputs to constraints ({exc}; pip install xgrammar)",
+                param=params.field,
+            ) from exc
         except Exception as exc:  # the library's own message names what is wrong
             message = _LIBRARY_PREFIX.sub("", str(exc).strip())
             raise InvalidRequestError(f"{params.field}: invalid {params.kind}: {message}", param=params.field) from exc
@@ -112,6 +121,8 @@ class GrammarCompiler:
     def compiler(self) -> xgr.GrammarCompiler:
         with self._compiler_lock:
             if self._compiler is None:
+                import xgrammar as xgr
+
                 info = tokenizer_info(*self._vocabulary)
                 self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
             return self._compiler

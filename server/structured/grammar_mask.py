@@ -6,8 +6,12 @@ filled while it runs), copied to the device without waiting for it, and applied 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-import xgrammar as xgr
+
+if TYPE_CHECKING:  # imported by the first constrained sequence: an engine serves without it
+    import xgrammar as xgr
 
 SURROGATE_LEAD = 0xED  # followed by A0..BF it would encode a surrogate, which is no character
 
@@ -48,6 +52,8 @@ class GrammarState:
     def start(
         cls, compiled: xgr.CompiledGrammar, stop_token_ids: list[int], vocab: Vocabulary, json: bool
     ) -> GrammarState:
+        import xgrammar as xgr
+
         matcher = xgr.GrammarMatcher(compiled, override_stop_tokens=stop_token_ids)
         state = cls(matcher, vocab, vocab.stop_words(stop_token_ids))
         state.json = json
@@ -88,20 +94,24 @@ class GrammarState:
                 self.after_surrogate_lead = byte == SURROGATE_LEAD
 
     def _only_stops_next(self) -> bool:
-        mask = xgr.allocate_token_bitmask(1, self.vocab.vocab_size)
+        mask = full_bitmask(1, self.vocab.vocab_size)
         self.matcher.fill_next_token_bitmask(mask)
         return not bool((mask[0] & ~self.stop_words).any())
 
 
 class GrammarMask:
     def __init__(self) -> None:
-        self.batch = xgr.BatchGrammarMatcher(max_threads=1)
+        self.batch: xgr.BatchGrammarMatcher | None = None  # made at the first constrained step
         self._host: torch.Tensor | None = None  # the bitmask on the host, grown as batches do
 
     def rows(self, seqs: list) -> list[int]:
         return [i for i, s in enumerate(seqs) if s.grammar is not None]
 
     def apply(self, logits: torch.Tensor, rows: list[int], seqs: list) -> None:
+        import xgrammar as xgr
+
+        if self.batch is None:
+            self.batch = xgr.BatchGrammarMatcher(max_threads=1)
         vocab_size = logits.shape[-1]
         bitmask = self._bitmask(len(seqs), vocab_size, logits.device)
         self.batch.batch_fill_next_token_bitmask([seqs[i].grammar.matcher for i in rows], bitmask, rows)
@@ -114,7 +124,7 @@ class GrammarMask:
     def _bitmask(self, batch: int, vocab_size: int, device: torch.device) -> torch.Tensor:
         host = self._host
         if host is None or host.shape[0] < batch:
-            host = xgr.allocate_token_bitmask(max(batch, 8), vocab_size)
+            host = full_bitmask(max(batch, 8), vocab_size)
             self._host = host = host.pin_memory() if device.type == "cuda" else host
         return host[:batch]
 
@@ -136,9 +146,14 @@ def json_lex(raw: bytes, in_string: bool, escaped: bool) -> tuple[bool, bool, bo
     return in_string, escaped, control
 
 
+def full_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
+    """Bitmasks allowing every token: int32 words of 32 tokens each, as the library lays them out."""
+    return torch.full((rows, -(-vocab_size // 32)), -1, dtype=torch.int32)
+
+
 def _bits(token_ids: list[int], vocab_size: int) -> torch.Tensor:
     """The bitmask (int32 words, as the library lays them out) with the bits of `token_ids` set."""
-    words = [0] * xgr.get_bitmask_shape(1, vocab_size)[1]
+    words = [0] * -(-vocab_size // 32)
     for t in token_ids:
         words[t // 32] |= 1 << (t % 32)
     return torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in words], dtype=torch.int32)

@@ -54,7 +54,7 @@ def test_bad_requests_raise_and_leave_nothing_behind(llm, prompt, params, param,
         ("repetition_penalty", 0.0, "0.0"),
         ("max_tokens", 0, "0"),
         ("max_tokens", -4, "-4"),
-        ("logprobs", 21, "21"),
+        ("logprobs", -1, "non-negative"),
         ("stop", [""], "non-empty"),
         ("min_tokens", -1, "-1"),
         ("stop_token_ids", [-3], "-3"),
@@ -68,6 +68,12 @@ def test_invalid_sampling_values_name_the_field(field, value, words):
     with pytest.raises(InvalidRequestError) as err:
         SamplingParams(**{field: value})
     assert err.value.param == field and words in str(err.value)
+
+
+def test_logprobs_beyond_max_logprobs(llm):
+    with pytest.raises(InvalidRequestError, match="max_logprobs") as err:
+        llm.generate("a", SamplingParams(logprobs=21))
+    assert err.value.param == "logprobs"
 
 
 def test_mismatched_params_list(llm):

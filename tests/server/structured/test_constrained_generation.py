@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -138,3 +140,24 @@ def test_a_grammar_past_its_time_limit_fails_its_request_alone(llama_checkpoint)
         llm.generate(PROMPT, SamplingParams(max_tokens=5, structured_outputs=slow))
     assert refused.value.param == "response_format"
     assert llm.generate(PROMPT, SamplingParams(max_tokens=3, ignore_eos=True))[0].outputs[0].finish_reason == "length"
+
+
+def test_the_engine_serves_without_the_grammar_library_and_says_what_needs_it(llama_checkpoint):
+    """The GPU machine has no xgrammar: everything but constraints must work there."""
+    script = (
+        "import sys\n"
+        "sys.modules['xgrammar'] = None  # as if it were not installed\n"
+        "from argosy import LLM, SamplingParams, StructuredOutputsParams\n"
+        "from argosy.server.exceptions import InvalidRequestError\n"
+        f"llm = LLM({str(llama_checkpoint)!r}, dtype='float32', kv_cache_memory=4 << 20)\n"
+        "out = llm.generate('hi', SamplingParams(max_tokens=3, ignore_eos=True))[0].outputs[0]\n"
+        "assert len(out.token_ids) == 3\n"
+        "try:\n"
+        "    llm.generate('hi', SamplingParams(structured_outputs=StructuredOutputsParams(regex='a+')))\n"
+        "except InvalidRequestError as exc:\n"
+        "    assert 'pip install xgrammar' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('a constraint was served without its library')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
