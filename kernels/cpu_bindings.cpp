@@ -12,6 +12,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, cons
 at::Tensor silu_and_mul_bf16(const at::Tensor& x);
 void write_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping);
+void apply_token_bitmask(at::Tensor& logits, const at::Tensor& bitmask, const at::Tensor& rows);
 void lora_runs(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                const std::vector<int64_t>& bounds, const at::Tensor& runs);
 
@@ -22,5 +23,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rotary_bf16", &rotary_bf16, "rotary embedding (cpu_elementwise.cpp)");
   m.def("silu_and_mul_bf16", &silu_and_mul_bf16, "SiLU-and-multiply (cpu_elementwise.cpp)");
   m.def("write_kv", &write_kv, "new keys and values into the paged cache (cpu_kv_cache.cpp)");
+  m.def("apply_token_bitmask", &apply_token_bitmask, "a grammar's masks on logits rows (cpu_bitmask.cpp)");
   m.def("lora_runs", &lora_runs, "a step's LoRA products for one layer, a run of one adapter at a time (cpu_lora.cpp)");
 }

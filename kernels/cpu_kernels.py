@@ -1,7 +1,7 @@
-"""The CPU kernels (cpu_*.cpp: decode attention, greedy argmax, the bfloat16 elementwise ops,
-KV-cache writes, the LoRA products), compiled on first use for this machine into one extension cached under
-TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++ compiler), their callers take the
-pure-PyTorch paths, with one warning."""
+"""The CPU kernels (cpu_*.cpp: decode attention, greedy argmax, grammar masks, the bfloat16
+elementwise ops, KV-cache writes, the LoRA products), compiled on first use for this machine
+into one extension cached under TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++
+compiler), their callers take the pure-PyTorch paths, with one warning."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from argosy.kernels import kv_cache_ops
 log = logging.getLogger("argosy.kernels")
 SOURCES = [
     Path(__file__).with_name(f"cpu_{name}.cpp")
-    for name in ("attention", "argmax", "elementwise", "kv_cache", "lora", "bindings")
+    for name in ("attention", "argmax", "bitmask", "elementwise", "kv_cache", "lora", "bindings")
 ]
 HEADERS = sorted(Path(__file__).parent.glob("cpu_*.h"))
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
@@ -94,6 +94,12 @@ def paged_decode_attention(
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     """Each row's first maximum (int64), for logits [rows, vocab] with contiguous rows."""
     return cpu_kernels().greedy_argmax(logits)
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> None:
+    """Bans, in float32 logits [batch, vocab] with contiguous rows, each of `rows` the tokens its
+    bitmask row (int32 words) leaves out."""
+    cpu_kernels().apply_token_bitmask(logits, bitmask, torch.tensor(rows, dtype=torch.long))
 
 
 def write_kv(

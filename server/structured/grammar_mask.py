@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from argosy.kernels import cpu_kernels
+
 if TYPE_CHECKING:  # imported by the first constrained sequence: an engine serves without it
     import xgrammar as xgr
 
@@ -117,6 +119,9 @@ class GrammarMask:
         self.batch.batch_fill_next_token_bitmask([seqs[i].grammar.matcher for i in rows], bitmask, rows)
         for i in rows:
             seqs[i].grammar.refuse_lenient(bitmask[i])
+        if logits.device.type == "cpu" and cpu_kernels.cpu_kernels() is not None and logits.stride(1) == 1:
+            cpu_kernels.apply_token_bitmask(logits, bitmask, rows)  # 0.1 ms for 64 rows; the library 9
+            return
         on_device = bitmask.to(logits.device, non_blocking=True)
         indices = rows if len(rows) < len(seqs) else None
         xgr.apply_token_bitmask_inplace(logits, on_device, vocab_size=vocab_size, indices=indices)

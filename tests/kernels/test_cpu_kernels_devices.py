@@ -42,6 +42,9 @@ CALLS = {
     "write_kv": lambda k: k.write_kv(
         meta(2, 1, 64), meta(2, 1, 64), meta(4, 16, 1, 64), meta(4, 16, 1, 64), meta(2, dtype=torch.long)
     ),
+    "apply_token_bitmask": lambda k: k.apply_token_bitmask(
+        meta(2, 64, dtype=torch.float32), meta(2, 2, dtype=torch.int32), torch.tensor([0])
+    ),
     "lora_runs": lambda k: k.lora_runs(
         meta(2, 64), meta(2, 96), meta(2, 48, 64), meta(2, 96, 16), [0, 64, 80, 96], meta(1, 3, dtype=torch.long)
     ),
