@@ -15,6 +15,7 @@ from argosy.kernels import cpu_kernels
 if TYPE_CHECKING:  # imported by the first constrained sequence: an engine serves without it
     import xgrammar as xgr
 
+FILL_THREADS = 2
 SURROGATE_LEAD = 0xED  # followed by A0..BF it would encode a surrogate, which is no character
 
 
@@ -113,7 +114,7 @@ class GrammarMask:
         import xgrammar as xgr
 
         if self.batch is None:
-            self.batch = xgr.BatchGrammarMatcher(max_threads=1)
+            self.batch = xgr.BatchGrammarMatcher(max_threads=1)  # two threads measured no faster
         vocab_size = logits.shape[-1]
         bitmask = self._bitmask(len(seqs), vocab_size, logits.device)
         self.batch.batch_fill_next_token_bitmask([seqs[i].grammar.matcher for i in rows], bitmask, rows)
