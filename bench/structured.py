@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 import xgrammar as xgr
@@ -100,9 +101,9 @@ def mask_cost(tokenizer: Tokenizer, compiler: GrammarCompiler, vocab_size: int, 
     return (time.perf_counter() - start) / len(token_ids) / batch * 1e6
 
 
-def compile_times(tokenizer: Tokenizer, vocab_size: int, eos: list[int]) -> tuple[float, float]:
+def compile_times(model: Path, vocab_size: int, eos: list[int]) -> tuple[float, float]:
     """A 50-property schema's compile (ms) on a fresh compiler, then the cached lookup (us)."""
-    compiler = GrammarCompiler(tokenizer, vocab_size, eos, timeout=60, max_whitespace=16)
+    compiler = GrammarCompiler(model, vocab_size, eos, timeout=60, max_whitespace=16)
     _ = compiler.compiler  # the vocabulary's tables, built once per server
     params = StructuredOutputsParams(json=FIFTY)
     start = time.perf_counter()
@@ -173,8 +174,8 @@ def main() -> None:
     for concurrency, plain, held in rows:
         print(f"| {concurrency} | {plain:.1f} | {held:.1f} | {held / plain:.2f}x |")
 
-    compiler = GrammarCompiler(tokenizer, config.vocab_size, eos, timeout=60, max_whitespace=16)
-    cold, cached = compile_times(tokenizer, config.vocab_size, eos)
+    compiler = GrammarCompiler(model, config.vocab_size, eos, timeout=60, max_whitespace=16)
+    cold, cached = compile_times(model, config.vocab_size, eos)
     per_sequence = mask_cost(tokenizer, compiler, config.vocab_size)
     print("\n| grammar cost | value |")
     print("|---|---:|")

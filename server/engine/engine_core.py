@@ -44,13 +44,13 @@ class EngineCore:
         path = resolve_model_path(config.model)
         self.model_config = ModelConfig.from_folder(path)
         self.limits = resolve_limits(config, self.model_config)
-        tokenizer = Tokenizer(tokenizer_path(config, path))
-        eos = self.model_config.eos_token_ids or _tokenizer_eos(tokenizer)
+        tokenizer_folder = tokenizer_path(config, path)
+        eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(tokenizer_folder))
         self.eos_token_ids = frozenset(eos)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
         self.grammars = GrammarCompiler(
-            tokenizer,
+            tokenizer_folder,
             self.model_config.vocab_size,
             list(eos),
             config.structured_outputs_compile_timeout,

@@ -11,12 +11,14 @@ pays once per constraint, is cached and kept off the step loop here."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from argosy.server.exceptions import InvalidRequestError
@@ -44,9 +46,11 @@ def tokenizer_info(tokenizer: Tokenizer, vocab_size: int, eos_token_ids: list[in
 
 class GrammarCompiler:
     def __init__(
-        self, tokenizer: Tokenizer, vocab_size: int, eos_token_ids: list[int], timeout: float, max_whitespace: int
+        self, tokenizer_folder: Path, vocab_size: int, eos_token_ids: list[int], timeout: float, max_whitespace: int
     ):
-        self._vocabulary = (tokenizer, vocab_size, eos_token_ids)
+        # The tokenizer is read by the first compile: an engine that is never asked for a
+        # constraint spends nothing on it at start-up.
+        self.tokenizer_folder, self.vocab_size, self.eos_token_ids = tokenizer_folder, vocab_size, eos_token_ids
         self._compiler: xgr.GrammarCompiler | None = None  # made by the first compile (a third of a second)
         self._compiler_lock = threading.Lock()
         self.timeout, self.max_whitespace = timeout, max_whitespace
@@ -54,9 +58,13 @@ class GrammarCompiler:
         self.compiles: OrderedDict[str, Future] = OrderedDict()
         self.compile_seconds: list[float] = []  # of each compile finished since the last take
 
+    @functools.cached_property
+    def tokenizer(self) -> Tokenizer:
+        return Tokenizer(self.tokenizer_folder)
+
     @property
     def vocab_bytes(self) -> list[bytes]:
-        return self._vocabulary[0].vocab_bytes
+        return self.tokenizer.vocab_bytes
 
     def submit(self, params: StructuredOutputsParams) -> str:
         """Starts (or finds) the compile of `params`' constraint; returns its key."""
@@ -123,7 +131,7 @@ class GrammarCompiler:
             if self._compiler is None:
                 import xgrammar as xgr
 
-                info = tokenizer_info(*self._vocabulary)
+                info = tokenizer_info(self.tokenizer, self.vocab_size, self.eos_token_ids)
                 self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
             return self._compiler
 

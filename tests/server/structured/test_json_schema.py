@@ -101,7 +101,7 @@ REFUSED = [
 
 @pytest.fixture(scope="module")
 def compiler(llama_checkpoint) -> GrammarCompiler:
-    return GrammarCompiler(Tokenizer(llama_checkpoint), 320, [2], timeout=60, max_whitespace=4)
+    return GrammarCompiler(llama_checkpoint, 320, [2], timeout=60, max_whitespace=4)
 
 
 def compiled(compiler: GrammarCompiler, **constraint) -> xgr.CompiledGrammar:
