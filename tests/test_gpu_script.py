@@ -53,6 +53,19 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
     assert "== tests: exit 0" in (tmp_path / "tests.txt").read_text()
 
 
+
+def test_the_structured_step_runs_where_the_wheels_came_along(tmp_path):
+    """The dry run above skips it, as the GPU machine does without xgrammar's and pydantic's wheels;
+    here both are installed, so its command runs as gpu.sh's dry run would give it."""
+    script = (ROOT / "bench" / "gpu.sh").read_text()
+    command = re.search(r"step structured 300 (python3 bench/structured\.py [^\n]*)", script).group(1)
+    toy = tmp_path / "toy"
+    subprocess.run([sys.executable, "bench/random_checkpoint.py", str(toy), "--shape", "toy"], cwd=ROOT, check=True)
+    args = command.replace('"$toy"', str(toy)).split()[1:]
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "| 2 |" in result.stdout and "| mask fill + apply + advance" in result.stdout
+
 def test_the_gpu_tests_need_nothing_the_gpu_machine_lacks(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BLOCKER)
     script = (ROOT / "bench" / "gpu.sh").read_text()
@@ -80,5 +93,5 @@ def test_the_figures_that_matter_most_come_first_each_under_its_own_limit():
     script = (ROOT / "bench" / "gpu.sh").read_text()
     gpu_run = script[script.index("else\n    step kernels") :]
     steps = re.findall(r"step (\w+) (\d+) ", gpu_run)
-    assert [name for name, _ in steps] == ["kernels", "decode", "tests", "variants", "throughput", "lora"]
+    assert [name for name, _ in steps] == ["kernels", "decode", "tests", "variants", "throughput", "lora", "structured"]
     assert sum(int(limit) for _, limit in steps) <= 8 * 60 - 20  # with the install, within GPU.md's 8 minutes
