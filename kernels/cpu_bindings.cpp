@@ -4,6 +4,9 @@
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& q_index, const at::Tensor& block_tables,
                             const at::Tensor& seq_lens, double scale, at::Tensor& out);
+void paged_chunk_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& q_start, const at::Tensor& q_len, const at::Tensor& seq_lens,
+                           const at::Tensor& block_tables, double scale, at::Tensor& out);
 at::Tensor greedy_argmax(const at::Tensor& logits);
 std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::Tensor& weight, double eps,
                                                  const c10::optional<at::Tensor>& residual);
@@ -18,6 +21,7 @@ void lora_runs(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, const 
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (cpu_attention.cpp)");
+  m.def("paged_chunk_attention", &paged_chunk_attention, "paged attention of query chunks (cpu_chunk_attention.cpp)");
   m.def("greedy_argmax", &greedy_argmax, "each row's first maximum (cpu_argmax.cpp)");
   m.def("rms_norm_bf16", &rms_norm_bf16, "RMSNorm with the residual add (cpu_elementwise.cpp)");
   m.def("rotary_bf16", &rotary_bf16, "rotary embedding (cpu_elementwise.cpp)");

@@ -1,4 +1,4 @@
-"""The CPU kernels (cpu_*.cpp: decode attention, greedy argmax, grammar masks, the bfloat16
+"""The CPU kernels (cpu_*.cpp: decode and chunk attention, greedy argmax, grammar masks, the bfloat16
 elementwise ops, KV-cache writes, the LoRA products), compiled on first use for this machine
 into one extension cached under TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++
 compiler), their callers take the pure-PyTorch paths, with one warning."""
@@ -23,7 +23,7 @@ from argosy.kernels import kv_cache_ops
 log = logging.getLogger("argosy.kernels")
 SOURCES = [
     Path(__file__).with_name(f"cpu_{name}.cpp")
-    for name in ("attention", "argmax", "bitmask", "elementwise", "kv_cache", "lora", "bindings")
+    for name in ("attention", "chunk_attention", "argmax", "bitmask", "elementwise", "kv_cache", "lora", "bindings")
 ]
 HEADERS = sorted(Path(__file__).parent.glob("cpu_*.h"))
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
@@ -89,6 +89,22 @@ def paged_decode_attention(
 ) -> None:
     """Writes out[q_index] (out: [tokens, heads, head_dim]) for one query token per sequence."""
     cpu_kernels().paged_decode_attention(q, k_cache, v_cache, q_index, block_tables, seq_lens, scale, out)
+
+
+def paged_chunk_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    q_start: torch.Tensor,
+    q_len: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_tables: torch.Tensor,
+    scale: float,
+    out: torch.Tensor,
+) -> None:
+    """Writes each chunk's rows of out (out: [tokens, heads, head_dim]): q_len[i] consecutive
+    queries from q_start[i], attending causally to the seq_lens[i] keys of their sequence."""
+    cpu_kernels().paged_chunk_attention(q, k_cache, v_cache, q_start, q_len, seq_lens, block_tables, scale, out)
 
 
 def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:

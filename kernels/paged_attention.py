@@ -9,8 +9,9 @@ slots of every key they may see. Decodes are tiles of one query; a prefill chunk
 into tiles of up to 64. Tiles of a kind are batched into one matmul, so there is no Python
 loop over sequences or layers; the tile plan is built once per step and reused by every layer.
 
-On CPU the decodes may instead go to the C++ kernel of cpu_attention.cpp (`DecodeRows`), which
-reads the cache in place; the tiles here stay the reference it is tested against.
+On CPU the C++ kernels read the cache in place instead: the decodes cpu_attention.cpp's
+(`DecodeRows`), every query of several tokens cpu_chunk_attention.cpp's (`ChunkRows`); the tiles
+here stay the reference they are tested against.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ class DecodeRows:
 
 
 @dataclass
+class ChunkRows:
+    """The queries of several tokens of a step, for the CPU kernel: each is consecutive new tokens
+    of one sequence (a prompt chunk, a chunk after a cached prefix, a speculative step's positions)."""
+
+    q_start: torch.Tensor  # [chunks] flat token index of each one's first query
+    q_len: torch.Tensor  # [chunks]
+    seq_lens: torch.Tensor  # [chunks] keys in the cache after this step, its own included
+    block_tables: torch.Tensor  # [chunks, max_blocks]
+
+
+@dataclass
 class AttentionMetadata:
     """What one step's attention needs; built once per step by the model runner."""
 
@@ -51,7 +63,8 @@ class AttentionMetadata:
     block_tables: torch.Tensor  # [seqs, max_blocks] block ids, padded with 0
     block_size: int
     tiles: list[AttentionTiles]
-    decodes: DecodeRows | None = None  # set when the CPU kernel attends the decodes
+    decodes: DecodeRows | None = None  # set when the CPU kernels attend the decodes
+    chunks: ChunkRows | None = None  # and the queries of several tokens
     # (first token, length) of each prompt chunk with nothing before it in the cache: its keys
     # are its own new ones, so it is attended directly, causally, without a gather.
     fresh_prefills: list[tuple[int, int]] = field(default_factory=list)
@@ -63,11 +76,11 @@ def build_metadata(
     seq_lens: torch.Tensor,
     block_tables: torch.Tensor,
     block_size: int,
-    cpu_decode: bool = False,
+    use_cpu_kernels: bool = False,
     direct_prefill: bool = False,
 ) -> AttentionMetadata:
     q_lens = query_start_loc[1:] - query_start_loc[:-1]
-    tiles, decodes, fresh = [], None, []
+    tiles, decodes, chunks, fresh = [], None, None, []
     tiled_prefill = q_lens > 1
     if direct_prefill:
         is_fresh = tiled_prefill & (seq_lens == q_lens)
@@ -76,14 +89,20 @@ def build_metadata(
         tiled_prefill &= ~is_fresh
     for decode in (True, False):  # tiles of one query for decodes, of up to PREFILL_TILE for prefills
         idx = (q_lens == 1 if decode else tiled_prefill).nonzero().flatten()
-        if idx.numel() and decode and cpu_decode:
+        if not idx.numel():
+            continue
+        if use_cpu_kernels and decode:
             decodes = DecodeRows(query_start_loc[idx], block_tables[idx].contiguous(), seq_lens[idx])
-        elif idx.numel():
+        elif use_cpu_kernels:
+            chunks = ChunkRows(query_start_loc[idx], q_lens[idx], seq_lens[idx], block_tables[idx].contiguous())
+        else:
             tile_size = 1 if decode else min(PREFILL_TILE, _next_pow2(int(q_lens[idx].max())))
             tiles.append(
                 _plan_tiles(query_start_loc[idx], q_lens[idx], seq_lens[idx], block_tables[idx], block_size, tile_size)
             )
-    return AttentionMetadata(slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles, decodes, fresh)
+    return AttentionMetadata(
+        slot_mapping, query_start_loc, seq_lens, block_tables, block_size, tiles, decodes, chunks, fresh
+    )
 
 
 def _plan_tiles(
@@ -133,6 +152,11 @@ def paged_attention(
         d = meta.decodes
         cpu_kernels.paged_decode_attention(
             q.contiguous(), k_cache, v_cache, d.q_index, d.block_tables, d.seq_lens, scale, out.view(q.shape)
+        )
+    if meta.chunks is not None:
+        c = meta.chunks
+        cpu_kernels.paged_chunk_attention(
+            q.contiguous(), k_cache, v_cache, c.q_start, c.q_len, c.seq_lens, c.block_tables, scale, out.view(q.shape)
         )
     for start, length in meta.fresh_prefills:
         rows = slice(start, start + length)

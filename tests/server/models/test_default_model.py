@@ -8,6 +8,14 @@ import torch
 from argosy import LLM, SamplingParams
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME, cache_dir, resolve_model_path
 
+# With the template's default system prompt the first word's two best tokens ("The", "L") tie in
+# bfloat16 logits, so any kernel's rounding decides the answer; after "Be brief." "The" leads by
+# 0.375 in bfloat16 and 0.625 in FP8.
+QUESTION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+
 
 def test_default_model_answers_paris():
     llm = LLM()
@@ -17,9 +25,7 @@ def test_default_model_answers_paris():
     assert llm.engine.core.model_config.architecture == "LlamaForCausalLM"
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
         assert llm.engine.core.executor.runner.dtype == torch.bfloat16
-    out = llm.chat(
-        [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
-    )[0].outputs[0]
+    out = llm.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop"
 
@@ -34,7 +40,7 @@ def test_server_without_a_model_serves_the_default_model():
             model=DEFAULT_MODEL_NAME,
             temperature=0,
             max_tokens=32,
-            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            messages=QUESTION,
         )
         assert "Paris" in answer.choices[0].message.content
         assert srv.metric("argosy_request_success_total", finished_reason="stop") == 1

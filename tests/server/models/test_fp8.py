@@ -214,12 +214,11 @@ def test_quantized_logits_stay_within_e4m3_rounding_of_the_bf16_model(checkpoint
 @pytest.mark.slow
 def test_default_model_in_fp8_answers_paris():
     from argosy import LLM, SamplingParams
+    from tests.server.models.test_default_model import QUESTION
 
     llm = LLM(quantization="fp8")
     assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.core.executor.runner.model))
-    out = llm.chat(
-        [{"role": "user", "content": "What is the capital of France?"}], SamplingParams(temperature=0.0, max_tokens=32)
-    )[0].outputs[0]
+    out = llm.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
     assert "Paris" in out.text
 
 

@@ -90,6 +90,6 @@ def test_the_inputs_of_256_decodes_take_host_work_that_does_not_grow_with_their_
     chunks, tables = sequences(256, context, block_size=16)
     static = StaticInputs(256, context // 16, 16, CPU)
     graph = python_bytes(lambda: static.fill(host_inputs(chunks, 16), tables, 256))
-    eager = python_bytes(lambda: prepare_inputs(chunks, 16, CPU, TorchAttention(cpu_decode=True), tables))
+    eager = python_bytes(lambda: prepare_inputs(chunks, 16, CPU, TorchAttention(use_cpu_kernels=True), tables))
     assert graph < HOST_BUDGET and eager < HOST_BUDGET, (graph, eager)
     assert static.field("block_tables", 256)[255, -1] == 256 * (context // 16) - 1  # the tables did arrive
