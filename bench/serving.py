@@ -124,8 +124,13 @@ def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def plot(levels: list[int], offline: list[Level], online: list[Level], path: str) -> None:
-    import matplotlib
+def plot(levels: list[int], offline: list[Level], online: list[Level], path: str) -> bool:
+    """Draws the figure after the tables are printed; False where matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("\nno plot: matplotlib is not installed (pip install matplotlib)")
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -143,6 +148,7 @@ def plot(levels: list[int], offline: list[Level], online: list[Level], path: str
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
 
 
 def main() -> None:
@@ -183,8 +189,8 @@ def main() -> None:
     print("\n| concurrency | server / offline throughput |\n|--:|--:|")
     for c, off, on in zip(args.concurrency, offline, online):
         print(f"| {c} | {on.tokens_per_s / off.tokens_per_s:.0%} |")
-    plot(args.concurrency, offline, online, args.plot)
-    print(f"\nplot: {args.plot}")
+    if plot(args.concurrency, offline, online, args.plot):
+        print(f"\nplot: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ def cpu_kernels() -> ModuleType | None:
 
     try:
         directory = build_directory()
+        if not (directory / "argosy_cpu_kernels.so").is_file():  # a first start here is otherwise silent
+            log.info("compiling the CPU kernels for this processor (once, about a minute) into %s", directory)
         with exclusive_build(directory):
             return load(
                 "argosy_cpu_kernels",

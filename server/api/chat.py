@@ -27,7 +27,7 @@ async def create_chat_completion(
     body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
 ) -> Response:
     tokenizer, chat_format = client.tokenizer, state.chat_format
-    tools = body.tool_use()
+    tools = body.tool_use
     parser = chat_format.parser(tools)
 
     def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], None]:

