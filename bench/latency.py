@@ -1,0 +1,111 @@
+"""One stream's latency against this machine's limits, measured in one run: the prefill of a
+fresh prompt against the rate of its weight products, and the batch-1 decode step against the
+time to read the weights once at the memory bandwidth measured here.
+
+    python bench/latency.py [--model PATH] [--prompt-tokens 512 1024 2048] [--repeats 3]
+
+Prefill: a fresh prompt (nothing cached) of each length, one step (max_num_batched_tokens is
+raised to the longest), timed to its first token; GFLOP/s counts the weight products only, 2 x
+(decoder linear parameters) per prompt token plus the LM head's for the one row it samples.
+Decode: a 64-token prompt decoding 128 tokens alone; the time per step (after the first token)
+against the weights' bytes, those a step reads (every linear layer, the LM head, the norms;
+one embedding row), over the bandwidth of the fastest of a copy and a sum of a tensor 16x the
+processor's last-level cache. Best of --repeats each."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import torch
+
+from argosy import LLM, SamplingParams
+from argosy.server.models.linear import Linear
+
+
+def memory_bandwidth(repeats: int) -> float:
+    """Bytes per second: the better of reading a large tensor (sum) and copying it (read + write)."""
+    x = torch.ones(256 * 1024 * 1024 // 4, dtype=torch.float32)  # 256 MiB, far past any cache
+    y = torch.empty_like(x)
+    best = 0.0
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        x.sum()
+        best = max(best, x.numel() * 4 / (time.perf_counter() - start))
+        start = time.perf_counter()
+        y.copy_(x)
+        best = max(best, 2 * x.numel() * 4 / (time.perf_counter() - start))
+    return best
+
+
+def weight_bytes_and_params(model: torch.nn.Module, itemsize: int) -> tuple[int, int, int]:
+    """(bytes a decode step reads, decoder linear parameters, LM-head parameters); the LM head is
+    the embedding where the two are tied."""
+    decoder_params = sum(m.out_features * m.in_features for m in model.modules() if isinstance(m, Linear))
+    head = model.lm_head
+    head_params = head.out_features * head.in_features if head is not None else model.embed_tokens.weight.numel()
+    if head is not None:
+        decoder_params -= head_params
+    norms = sum(p.numel() for n, p in model.named_parameters() if "norm" in n)
+    return (decoder_params + head_params + norms) * itemsize, decoder_params, head_params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[512, 1024, 2048])
+    parser.add_argument("--decode-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    longest = max(args.prompt_tokens)
+    llm = LLM(args.model, max_num_batched_tokens=longest, max_model_len=max(longest + 1, 256))
+    runner = llm.engine.core.executor.runner
+    itemsize = torch.empty(0, dtype=runner.dtype).element_size()
+    read, decoder_params, head_params = weight_bytes_and_params(runner.model, itemsize)
+    vocab = llm.engine.core.model_config.vocab_size
+    rng = random.Random(0)
+
+    def prompt(n: int) -> dict:
+        return {"prompt_token_ids": [rng.randrange(1000, vocab) for _ in range(n)]}
+
+    one = SamplingParams(temperature=0.0, max_tokens=1)
+    llm.generate([prompt(longest)], one)  # warm-up
+    print(f"model {llm.engine.core.model_config.architecture}, {runner.dtype}, {torch.get_num_threads()} threads")
+    print("\n| prompt tokens | prefill ms | weight GFLOP/s |")
+    print("|---:|---:|---:|")
+    for n in args.prompt_tokens:
+        best = min(timed(llm, prompt(n), one) for _ in range(args.repeats))
+        flops = 2 * decoder_params * n + 2 * head_params
+        print(f"| {n} | {best * 1e3:.1f} | {flops / best / 1e9:.0f} |")
+
+    decode = SamplingParams(temperature=0.0, max_tokens=args.decode_tokens, ignore_eos=True)
+    first = SamplingParams(temperature=0.0, max_tokens=1)
+    steps = []
+    for _ in range(args.repeats):
+        p = prompt(64)
+        llm.reset_prefix_cache()
+        with_prefill = timed(llm, p, first)
+        llm.reset_prefix_cache()
+        total = timed(llm, p, decode)
+        steps.append((total - with_prefill) / (args.decode_tokens - 1))
+    step = min(steps)
+    bandwidth = memory_bandwidth(args.repeats)
+    floor = read / bandwidth
+    print("\n| batch-1 decode | value |")
+    print("|---|---:|")
+    print(f"| weights read per step | {read / 1e6:.1f} MB |")
+    print(f"| memory bandwidth measured | {bandwidth / 1e9:.1f} GB/s |")
+    print(f"| time to read the weights once | {floor * 1e3:.2f} ms |")
+    print(f"| decode step | {step * 1e3:.2f} ms |")
+    print(f"| step / weights-read time | {step / floor:.2f}x |")
+
+
+def timed(llm: LLM, prompt: dict, params: SamplingParams) -> float:
+    start = time.perf_counter()
+    llm.generate([prompt], params)
+    return time.perf_counter() - start
+
+
+if __name__ == "__main__":
+    main()
