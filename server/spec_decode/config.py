@@ -1,0 +1,71 @@
+"""SpeculativeConfig: `--speculative-config` (JSON, as vLLM takes it) or
+`LLM(speculative_config={...})`, checked field by field: a bad value is refused naming it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from argosy.server.exceptions import InvalidRequestError
+
+METHODS = ("ngram", "draft_model")
+FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model")
+DEFAULT_LOOKUP = 5  # n-gram length tried when neither bound is given, as vLLM's
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    method: str
+    num_speculative_tokens: int  # k: tokens proposed, and verified, per step
+    prompt_lookup_min: int = DEFAULT_LOOKUP  # ngram: the shortest suffix that may match
+    prompt_lookup_max: int = DEFAULT_LOOKUP  # ngram: the longest, tried first
+    model: str | None = None  # draft_model: a smaller checkpoint with the same vocabulary
+
+    @classmethod
+    def parse(cls, value: str | dict | SpeculativeConfig | None) -> SpeculativeConfig | None:
+        if value is None or isinstance(value, SpeculativeConfig):
+            return value
+        field = "speculative_config"
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise InvalidRequestError(f"{field} is not JSON: {exc}", param=field) from None
+        if not isinstance(value, dict):
+            raise InvalidRequestError(f"{field} must be a JSON object", param=field)
+        if unknown := sorted(set(value) - set(FIELDS)):
+            raise InvalidRequestError(
+                f"{field}.{unknown[0]} is not supported (supported: {', '.join(FIELDS)})", param=f"{field}.{unknown[0]}"
+            )
+        method = value.get("method")
+        if method not in METHODS:
+            raise InvalidRequestError(
+                f"{field}.method must be one of {', '.join(METHODS)}, got {method!r}", param=f"{field}.method"
+            )
+        k = _positive(value, "num_speculative_tokens", required=True)
+        low, high = _positive(value, "prompt_lookup_min"), _positive(value, "prompt_lookup_max")
+        low, high = low or high or DEFAULT_LOOKUP, high or low or DEFAULT_LOOKUP
+        if low > high:
+            raise InvalidRequestError(
+                f"{field}.prompt_lookup_min ({low}) must not exceed prompt_lookup_max ({high})",
+                param=f"{field}.prompt_lookup_min",
+            )
+        model = value.get("model")
+        if (method == "draft_model") != (model is not None) or (model is not None and not isinstance(model, str)):
+            need = (
+                "draft_model needs a model (a checkpoint folder)" if model is None else "only draft_model takes a model"
+            )
+            raise InvalidRequestError(f"{field}: {need}", param=f"{field}.model")
+        return cls(method, k, low, high, model)
+
+
+def _positive(value: dict[str, Any], name: str, required: bool = False) -> int | None:
+    given = value.get(name)
+    if given is None and not required:
+        return None
+    if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+        raise InvalidRequestError(
+            f"speculative_config.{name} must be a positive integer, got {given!r}", param=f"speculative_config.{name}"
+        )
+    return given
