@@ -29,6 +29,17 @@ CALLS = {
         0.125,
         meta(1, 2, 64),
     ),
+    "paged_chunk_attention": lambda k: k.paged_chunk_attention(
+        meta(3, 2, 64),
+        meta(4, 16, 1, 64),
+        meta(4, 16, 1, 64),
+        meta(1, dtype=torch.long),
+        meta(1, dtype=torch.long),
+        meta(1, dtype=torch.long),
+        meta(1, 2, dtype=torch.long),
+        0.125,
+        meta(3, 2, 64),
+    ),
     "greedy_argmax": lambda k: k.greedy_argmax(meta(2, 4096)),
     "rms_norm_bf16": lambda k: k.rms_norm_bf16(meta(2, 64), meta(64), 1e-6, meta(2, 64)),
     "rotary_bf16": lambda k: k.rotary_bf16(
