@@ -7,7 +7,9 @@ time to read the weights once at the memory bandwidth measured here.
 Prefill: a fresh prompt (nothing cached) of each length, one step (max_num_batched_tokens is
 raised to the longest), timed to its first token; GFLOP/s counts the weight products only, 2 x
 (decoder linear parameters) per prompt token plus the LM head's for the one row it samples.
-Decode: a 64-token prompt decoding 128 tokens alone; the time per step (after the first token)
+Then one layer's attention over each fresh prompt, the
+CPU chunk kernel beside PyTorch's fused attention (the path before it). Decode: a 64-token
+prompt decoding 128 tokens alone; the time per step (after the first token)
 against the weights' bytes, those a step reads (every linear layer, the LM head, the norms;
 one embedding row), over the bandwidth of the fastest of a copy and a sum of a tensor 16x the
 processor's last-level cache. Best of --repeats each."""
@@ -21,7 +23,12 @@ import time
 import torch
 
 from argosy import LLM, SamplingParams
+from argosy.kernels.kv_cache_ops import write_kv
+from argosy.kernels.paged_attention import build_metadata, paged_attention
 from argosy.server.models.linear import Linear
+from argosy.server.models.model_config import ModelConfig
+
+BLOCK = 16
 
 
 def memory_bandwidth(repeats: int) -> float:
@@ -51,6 +58,25 @@ def weight_bytes_and_params(model: torch.nn.Module, itemsize: int) -> tuple[int,
     return (decoder_params + head_params + norms) * itemsize, decoder_params, head_params
 
 
+def attention_ms(cfg: ModelConfig, dtype: torch.dtype, n: int, use_cpu_kernels: bool, repeats: int) -> float:
+    """One layer's attention over a fresh n-token prompt, its keys in a paged cache."""
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(n, cfg.num_heads, cfg.head_dim, generator=g).to(dtype)
+    k, v = (torch.randn(n, cfg.num_kv_heads, cfg.head_dim, generator=g).to(dtype) for _ in range(2))
+    blocks = -(-n // BLOCK)
+    k_cache = torch.zeros(blocks, BLOCK, cfg.num_kv_heads, cfg.head_dim, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    write_kv(k, v, k_cache, v_cache, torch.arange(n))
+    args = (torch.arange(n), torch.tensor([0, n]), torch.tensor([n]), torch.arange(blocks)[None], BLOCK)
+    meta = build_metadata(*args, use_cpu_kernels=use_cpu_kernels, direct_prefill=not use_cpu_kernels)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        paged_attention(q, k_cache, v_cache, meta, cfg.head_dim**-0.5, k, v)
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None)
@@ -78,6 +104,14 @@ def main() -> None:
         best = min(timed(llm, prompt(n), one) for _ in range(args.repeats))
         flops = 2 * decoder_params * n + 2 * head_params
         print(f"| {n} | {best * 1e3:.1f} | {flops / best / 1e9:.0f} |")
+
+    cfg = llm.engine.core.model_config
+    print("\n| prompt tokens | attention of one layer: chunk kernel ms | PyTorch fused ms | speed-up |")
+    print("|---:|---:|---:|---:|")
+    for n in args.prompt_tokens:
+        kernel = attention_ms(cfg, runner.dtype, n, True, args.repeats)
+        fused = attention_ms(cfg, runner.dtype, n, False, args.repeats)
+        print(f"| {n} | {kernel:.2f} | {fused:.2f} | {fused / kernel:.1f}x |")
 
     decode = SamplingParams(temperature=0.0, max_tokens=args.decode_tokens, ignore_eos=True)
     first = SamplingParams(temperature=0.0, max_tokens=1)
