@@ -15,7 +15,6 @@ from argosy.kernels import cpu_kernels
 if TYPE_CHECKING:  # imported by the first constrained sequence: an engine serves without it
     import xgrammar as xgr
 
-FILL_THREADS = 2
 SURROGATE_LEAD = 0xED  # followed by A0..BF it would encode a surrogate, which is no character
 
 
@@ -152,14 +151,19 @@ def json_lex(raw: bytes, in_string: bool, escaped: bool) -> tuple[bool, bool, bo
     return in_string, escaped, control
 
 
+def bitmask_words(vocab_size: int) -> int:
+    """int32 words of a token bitmask, 32 tokens each, as the library lays them out."""
+    return -(-vocab_size // 32)
+
+
 def full_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
-    """Bitmasks allowing every token: int32 words of 32 tokens each, as the library lays them out."""
-    return torch.full((rows, -(-vocab_size // 32)), -1, dtype=torch.int32)
+    """Bitmasks allowing every token."""
+    return torch.full((rows, bitmask_words(vocab_size)), -1, dtype=torch.int32)
 
 
 def _bits(token_ids: list[int], vocab_size: int) -> torch.Tensor:
     """The bitmask (int32 words, as the library lays them out) with the bits of `token_ids` set."""
-    words = [0] * -(-vocab_size // 32)
+    words = [0] * bitmask_words(vocab_size)
     for t in token_ids:
         words[t // 32] |= 1 << (t % 32)
     return torch.tensor([w - (1 << 32) if w >= 1 << 31 else w for w in words], dtype=torch.int32)
