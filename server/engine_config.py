@@ -12,6 +12,7 @@ from typing import Literal
 from argosy.flags import literal_choices, setting
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.spec_decode.config import SpeculativeConfig
 
 DEFAULT_BATCHED_TOKENS = 2048
 DType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -81,8 +82,14 @@ class EngineConfig:
     structured_outputs_max_whitespace: int = setting(
         16, "most whitespace characters between two JSON tokens of a constrained output"
     )
+    speculative_config: str | None = setting(
+        None,
+        'speculative decoding, as JSON: {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a, '
+        '"prompt_lookup_max": b, "disable_by_batch_size": n} (LLM(speculative_config=) takes the dict too)',
+    )
 
     def __post_init__(self) -> None:
+        SpeculativeConfig.parse(self.speculative_config)  # refused here, naming the field, if bad
         sizes = self.cuda_graph_sizes
         if any(not isinstance(size, int) or size < 1 for size in sizes) or (sizes and min(sizes) > self.max_num_seqs):
             raise InvalidRequestError(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from argosy.server.spec_decode.speculator import SpecDecodeStats
+
 
 @dataclass
 class Logprob:
@@ -65,6 +67,7 @@ class EngineStats:
     num_preemptions: int
     lora: LoRAStats | None = None  # with LoRA on
     grammar_compile_seconds: list[float] = field(default_factory=list)  # compiles finished since the last stats
+    spec_decode: SpecDecodeStats | None = None  # with speculative decoding
 
     @property
     def kv_cache_usage(self) -> float:

@@ -18,7 +18,7 @@ import time
 from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.parallel_sampling import ParallelSampling
-from argosy.server.engine.scheduler import Scheduler
+from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.engine.step_planner import StepPlanner
 from argosy.server.engine.stop_conditions import finish_reason
@@ -32,6 +32,8 @@ from argosy.server.lora.slots import LoRASlots
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.outputs import EngineStats, LoRAStats
+from argosy.server.spec_decode.config import SpeculativeConfig
+from argosy.server.spec_decode.speculator import Speculator
 from argosy.server.structured.grammar_compiler import GrammarCompiler
 from argosy.server.text.tokenizer import Tokenizer
 
@@ -60,8 +62,14 @@ class EngineCore:
         self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching)
         adapters = self.executor.adapters
         self.lora = None if adapters is None else LoRAManager(adapters, LoRASlots(config.max_loras))
+        self.speculator = _speculator(config, self.limits.max_model_len)
         self.scheduler = Scheduler(
-            self.kv, config.max_num_seqs, self.limits.max_num_batched_tokens, config.enable_chunked_prefill, self.lora
+            self.kv,
+            config.max_num_seqs,
+            self.limits.max_num_batched_tokens,
+            config.enable_chunked_prefill,
+            self.lora,
+            self.speculator,
         )
         self.planner = StepPlanner(self.scheduler)
         self.requests: dict[str, Request] = {}
@@ -196,8 +204,26 @@ class EngineCore:
             if self.lora is not None:  # a slot's load may not have happened
                 self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
             raise
-        self.scheduler.advance(scheduled)
-        return self._append_sampled(self.parallel_sampling.targets(completing, forks), result)
+        targets = self.parallel_sampling.targets(completing, forks)
+        self.scheduler.advance(scheduled, self._kept(scheduled, targets, result))
+        return self._append_sampled(targets, result)
+
+    def _kept(self, scheduled: SchedulerOutput, targets: list[Sequence], result: StepResult) -> list[int] | None:
+        """How many of each scheduled sequence's computed tokens stay: a draft's accepted
+        tokens (the step's new tokens but the last), and all the others' (None: all of all)."""
+        if self.speculator is None or not any(item.draft for item in scheduled.scheduled):
+            return None
+        new_tokens = {seq.seq_id: (tokens, error) for seq, tokens, error in zip(targets, result.token_ids, result.errors)}
+        kept = []
+        for item in scheduled.scheduled:
+            if not item.draft:
+                kept.append(item.num_new_tokens)
+                continue
+            tokens, error = new_tokens[item.seq.seq_id]
+            accepted = 0 if error is not None else len(tokens) - 1
+            self.speculator.record(item.seq, len(item.draft), accepted)
+            kept.append(item.num_new_tokens - len(item.draft) + accepted)
+        return kept
 
     def _check_grammars(self) -> list[Request]:
         """Admits the requests whose grammar has compiled and fails those whose grammar failed
@@ -288,6 +314,7 @@ class EngineCore:
             num_preemptions=self.scheduler.num_preemptions,
             lora=None if self.lora is None else self._lora_stats(),
             grammar_compile_seconds=self.grammars.take_compile_seconds(),
+            spec_decode=None if self.speculator is None else self.speculator.stats,
         )
 
     def _lora_stats(self) -> LoRAStats:
@@ -297,6 +324,17 @@ class EngineCore:
         loaded, scheduler = self.lora.loaded(), self.scheduler
         running, waiting = names(scheduler.running), names(scheduler.waiting)
         return LoRAStats(len(self.lora.slots.refs), running, waiting, loaded["device"], loaded["host"])
+
+
+def _speculator(config: EngineConfig, max_model_len: int) -> Speculator | None:
+    spec = SpeculativeConfig.parse(config.speculative_config)
+    if spec is None:
+        return None
+    if spec.method != "ngram":
+        raise InvalidRequestError(
+            f"speculative_config.method {spec.method!r} is not served yet (ngram is)", param="speculative_config.method"
+        )
+    return Speculator(spec, max_model_len)
 
 
 def _tokenizer_eos(tokenizer: Tokenizer) -> tuple[int, ...]:

@@ -4,7 +4,8 @@ under a token budget and a sequence cap. When blocks run out, the most recently 
 running sequence is preempted: its blocks are freed and it is recomputed later. With LoRA, a
 waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
 its place, until one idles; the ones behind it may go first. So is a sequence whose grammar is
-still compiling."""
+still compiling. With speculative decoding, a running decode computes its last token and the
+drafts the Speculator proposes, if their blocks are free; otherwise it decodes plainly."""
 
 from __future__ import annotations
 
@@ -14,14 +15,17 @@ from dataclasses import dataclass, field
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.sequence import Sequence, SequenceStatus
 from argosy.server.lora.manager import LoRAManager
+from argosy.server.spec_decode.speculator import Speculator
 
 
 class ScheduledSequence:
-    __slots__ = ("completes", "num_new_tokens", "seq")
+    __slots__ = ("completes", "draft", "num_new_tokens", "seq")
 
-    def __init__(self, seq: Sequence, num_new_tokens: int):
+    def __init__(self, seq: Sequence, num_new_tokens: int, draft: list[int] | None = None):
         self.seq = seq
-        self.num_new_tokens = num_new_tokens  # tokens computed this step, from seq.num_computed_tokens
+        self.draft = draft or []  # proposed tokens computed after the sequence's own, to verify
+        # Tokens computed this step, from seq.num_computed_tokens: the sequence's, then the draft.
+        self.num_new_tokens = num_new_tokens + len(self.draft)
         # After this step every token of the sequence is in the cache: sample the next.
         self.completes = seq.num_computed_tokens + num_new_tokens == seq.num_tokens
 
@@ -44,9 +48,11 @@ class Scheduler:
         max_num_batched_tokens: int,
         enable_chunked_prefill: bool,
         adapters: LoRAManager | None = None,
+        speculator: Speculator | None = None,
     ):
         self.kv = kv
         self.adapters = adapters
+        self.speculator = speculator
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
@@ -65,9 +71,16 @@ class Scheduler:
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         queue = deque(self.running)
+        speculating = self.speculator is not None and self.speculator.active(len(self.running))
         while queue and budget > 0:
             seq = queue.popleft()
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if speculating and num_new == seq.num_tokens - seq.num_computed_tokens == 1:
+                draft = self.speculator.propose(seq, budget - 1)
+                if draft and self.kv.allocate(seq, 1 + len(draft)):  # else it decodes plainly
+                    out.scheduled.append(ScheduledSequence(seq, 1, draft))
+                    budget -= 1 + len(draft)
+                    continue
             while not self.kv.allocate(seq, num_new):
                 victim = queue.pop() if queue else seq
                 self._preempt(victim)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from argosy.server.lora.request import AdapterRef
 from argosy.server.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from argosy.server.spec_decode.speculator import SpeculativeState
 
 
 class SequenceStatus(enum.Enum):
@@ -34,6 +38,7 @@ class Sequence:
         self.preempted = False  # recomputed after losing its blocks at least once
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None  # the stop token id that ended it
+        self.speculation: SpeculativeState | None = None  # with speculative decoding, once it decodes
 
     @property
     def params(self) -> SamplingParams:

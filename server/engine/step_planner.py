@@ -18,7 +18,8 @@ class StepPlanner:
 
     def plan(self, out: SchedulerOutput, completing: list[Sequence], forks: dict[int, Fork]) -> StepPlan:
         """`completing`: the scheduled sequences whose logits are wanted, in schedule order,
-        and the forks of some (by place); each samples from its own row, its children from it too."""
+        and the forks of some (by place); each samples from its own row, its children from it
+        too; a sequence with a draft verifies it from its rows (one per draft token, and one)."""
         known = self._known
         finished = [seq_id for seq_id in self.scheduler.take_finished() if seq_id in known]
         known.difference_update(finished)
@@ -45,21 +46,23 @@ class StepPlanner:
             if changed is not None:
                 blocks = (changed, seq.block_table[changed:])
                 seq.block_table_changed_from = None
-            tokens = seq.token_ids[start : start + item.num_new_tokens]
-            chunks.append(ScheduledChunk(seq.seq_id, tokens, start, item.completes, blocks))
-        samples = [SampleRow(seq.seq_id, row) for row, seq in enumerate(completing)]
-        if forks:
-            samples = []
-            for row, seq in enumerate(completing):
-                samples.append(SampleRow(seq.seq_id, row))
-                for seq_id, index in forks[row].children if row in forks else ():
-                    known.add(seq_id)
-                    request = seq.request
-                    seed = request.params.seed_of(index)
-                    new.append(
-                        NewSequence(seq_id, request.request_id, request.params, [], seed, seq.seq_id, _slot(request))
-                    )
-                    samples.append(SampleRow(seq_id, row))
+            draft = item.draft
+            tokens = seq.token_ids[start : start + item.num_new_tokens - len(draft)] + draft
+            chunks.append(ScheduledChunk(seq.seq_id, tokens, start, item.completes, blocks, len(draft)))
+        drafts = {item.seq.seq_id: item.draft for item in out.scheduled if item.draft}
+        samples, logits_row = [], 0
+        for place, seq in enumerate(completing):
+            draft = drafts.get(seq.seq_id, [])
+            samples.append(SampleRow(seq.seq_id, logits_row, draft))
+            for seq_id, index in forks[place].children if place in forks else ():
+                known.add(seq_id)
+                request = seq.request
+                seed = request.params.seed_of(index)
+                new.append(
+                    NewSequence(seq_id, request.request_id, request.params, [], seed, seq.seq_id, _slot(request))
+                )
+                samples.append(SampleRow(seq_id, logits_row))
+            logits_row += 1 + len(draft)
         adapters = self.scheduler.adapters
         loads = [] if adapters is None else [(slot, ref.digest) for slot, ref in adapters.slots.take_loads()]
         return StepPlan(new, finished, chunks, out.blocks_to_copy, samples, loads)

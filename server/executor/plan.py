@@ -29,17 +29,20 @@ class ScheduledChunk(msgspec.Struct, array_like=True):
     seq_id: int
     token_ids: list[int]  # computed this step
     start: int  # position of the first of them
-    sample: bool  # the logits of its last token are wanted
+    sample: bool  # the logits of its last token are wanted (and of its drafts)
     # The block table's change since the device last had it: (entries kept, entries after them);
     # None when it did not change.
     blocks: tuple[int, list[int]] | None = None
+    num_draft: int = 0  # the last of token_ids are drafts to verify
 
 
 class SampleRow(msgspec.Struct, array_like=True):
-    """A sequence to sample, from the logits of one chunk's last token."""
+    """A sequence to sample, from the logits of one chunk's last token; with a draft, the
+    draft is verified from the logits of the chunk's last len(draft) + 1 tokens."""
 
     seq_id: int
-    logits_row: int  # among the chunks with `sample`, in order
+    logits_row: int  # the first of its rows, among the rows of the chunks with `sample`, in order
+    draft: list[int] = []
 
 
 class StepPlan(msgspec.Struct, array_like=True):

@@ -10,8 +10,18 @@ from typing import Any
 from argosy.server.exceptions import InvalidRequestError
 
 METHODS = ("ngram", "draft_model")
-FIELDS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "model")
+FIELDS = (
+    "method",
+    "num_speculative_tokens",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "model",
+    "disable_by_batch_size",
+)
 DEFAULT_LOOKUP = 5  # n-gram length tried when neither bound is given, as vLLM's
+# Past this many running sequences a step is bound by arithmetic, not by reading the weights, and
+# drafts only slow it (bench/spec_decode.py measures where).
+DEFAULT_DISABLE_BY_BATCH_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,7 @@ class SpeculativeConfig:
     prompt_lookup_min: int = DEFAULT_LOOKUP  # ngram: the shortest suffix that may match
     prompt_lookup_max: int = DEFAULT_LOOKUP  # ngram: the longest, tried first
     model: str | None = None  # draft_model: a smaller checkpoint with the same vocabulary
+    disable_by_batch_size: int = DEFAULT_DISABLE_BY_BATCH_SIZE  # no speculation with more running
 
     @classmethod
     def parse(cls, value: str | dict | SpeculativeConfig | None) -> SpeculativeConfig | None:
@@ -57,7 +68,8 @@ class SpeculativeConfig:
                 "draft_model needs a model (a checkpoint folder)" if model is None else "only draft_model takes a model"
             )
             raise InvalidRequestError(f"{field}: {need}", param=f"{field}.model")
-        return cls(method, k, low, high, model)
+        by_batch = _positive(value, "disable_by_batch_size") or DEFAULT_DISABLE_BY_BATCH_SIZE
+        return cls(method, k, low, high, model, by_batch)
 
 
 def _positive(value: dict[str, Any], name: str, required: bool = False) -> int | None:

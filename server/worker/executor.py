@@ -16,11 +16,12 @@ from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.spec_decode.verifier import DraftVerifier
 from argosy.server.worker.device import resolve_device, resolve_dtype
 from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
 from argosy.server.worker.model_runner import ModelRunner
 from argosy.server.worker.sampler import Sampler
-from argosy.server.worker.sequence_states import SequenceStates
+from argosy.server.worker.sequence_states import SequenceState, SequenceStates
 from argosy.server.worker.startup_report import PhaseClock, StartupReport, tensor_bytes
 from argosy.server.worker.step_inputs import SequenceChunk
 
@@ -34,6 +35,7 @@ class InProcessExecutor:
     def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]):
         self.config, self.model_config, self.limits = config, model, limits
         self.sampler = Sampler(eos_token_ids)
+        self.verifier = DraftVerifier(self.sampler)
         max_blocks = -(-limits.max_model_len // config.block_size)
         self.states = SequenceStates(max_blocks, resolve_device(config), model.vocab_size, eos_token_ids)
         self.runner: ModelRunner | None = None  # once started
@@ -88,7 +90,9 @@ class InProcessExecutor:
         for c in plan.chunks:
             state = states[c.seq_id]
             chunks.append(
-                SequenceChunk(c.token_ids, c.start, state.block_table, c.sample, state.table_row, state.lora_slot)
+                SequenceChunk(
+                    c.token_ids, c.start, state.block_table, c.sample, state.table_row, state.lora_slot, c.num_draft
+                )
             )
         logits = self.runner.execute(chunks, plan.block_copies, states.tables)
         if self.variants is not None and (compiled := self.variants.new()):
@@ -100,21 +104,26 @@ class InProcessExecutor:
         if not plan.samples:  # only partial prefill chunks ran
             return StepResult([], [], [])
         seqs = [states[s.seq_id] for s in plan.samples]
-        if len(plan.samples) > len(logits):  # parallel samples share their parent's row
-            logits = logits[torch.tensor([s.logits_row for s in plan.samples], device=logits.device)]
-        sampled = self.sampler(logits, seqs)
-        errors, complete = sampled.errors, []
-        for row, (seq, token_id, error) in enumerate(zip(seqs, sampled.token_ids, errors)):
-            if error is not None:
-                continue
-            seq.output_token_ids.append(token_id)
-            if seq.grammar is not None:
-                if not seq.grammar.accept(token_id):
-                    errors[row] = f"the sampled token {token_id} breaks the request's grammar"
-                elif seq.grammar.complete:
+        rows = [s.logits_row + j for s in plan.samples for j in range(1 + len(s.draft))]
+        if rows != list(range(len(logits))):  # parallel samples share their parent's row
+            logits = logits[torch.tensor(rows, device=logits.device)]
+        if any(s.draft for s in plan.samples):
+            out = self.verifier(logits, seqs, [s.draft for s in plan.samples])
+            token_ids, logprobs, errors = out.token_ids, out.logprobs, out.errors
+        else:
+            sampled = self.sampler(logits, seqs)
+            token_ids, errors = [[token_id] for token_id in sampled.token_ids], sampled.errors
+            logprobs = [None if lp is None else [lp] for lp in sampled.logprobs]
+        complete = []
+        for row, (seq, tokens, error) in enumerate(zip(seqs, token_ids, errors)):
+            if error is None:
+                errors[row], ends = _keep(seq, tokens)
+                if ends:
                     complete.append(row)
-        token_ids = [[token_id] for token_id in sampled.token_ids]
-        return StepResult(token_ids, [None if lp is None else [lp] for lp in sampled.logprobs], errors, complete)
+                    del tokens[ends:]
+                    if logprobs[row] is not None:
+                        del logprobs[row][ends:]
+        return StepResult(token_ids, logprobs, errors, complete)
 
     def check_device(self) -> None:
         self.runner.check_device()
@@ -134,3 +143,16 @@ class InProcessExecutor:
     def wake_up(self) -> None:
         self.runner.wake_up()
         log.info("awake")
+
+
+def _keep(seq: SequenceState, token_ids: list[int]) -> tuple[str | None, int]:
+    """Appends a step's tokens to the sequence (its grammar following them): why they cannot
+    be kept, and, where its grammar completes, how many tokens end it (0: it goes on)."""
+    for kept, token_id in enumerate(token_ids, start=1):
+        seq.output_token_ids.append(token_id)
+        if seq.grammar is not None:
+            if not seq.grammar.accept(token_id):
+                return f"the sampled token {token_id} breaks the request's grammar", 0
+            if seq.grammar.complete:
+                return None, kept
+    return None, 0

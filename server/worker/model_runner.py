@@ -187,7 +187,7 @@ class ModelRunner:
     ) -> torch.Tensor:
         """Makes the block copies, then runs the step (`tables` holds the chunks' block tables);
         returns logits in the model's dtype (the sampler widens only the rows it must), one row
-        per chunk with `sample`, in order."""
+        per chunk with `sample` (1 + num_draft with drafts), in order."""
         if block_copies:
             src, dst = zip(*block_copies)
             self.backend.copy_blocks(
@@ -203,8 +203,11 @@ class ModelRunner:
         logits = self.forward(inputs, self.kv_cache)
         if order is None:
             return logits
-        row_in_step = {i: row for row, i in enumerate(i for i in order if chunks[i].sample)}
-        return logits[torch.tensor([row_in_step[i] for i, c in enumerate(chunks) if c.sample], device=self.device)]
+        first_row, row = {}, 0
+        for i in order:
+            first_row[i], row = row, row + chunks[i].num_logits
+        rows = [first_row[i] + j for i, c in enumerate(chunks) for j in range(c.num_logits)]
+        return logits[torch.tensor(rows, device=self.device)]
 
     @torch.inference_mode()
     def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor:

@@ -71,45 +71,66 @@ class Sampler:
         return out.token_ids[0], out.logprobs[0], out.errors[0]
 
     def _batch(self, logits: torch.Tensor, seqs: list[SequenceState]) -> SamplerOutput:
-        """`logits` in the model's dtype: greedy rows that no edit touches take their argmax
+        scores = self.score(logits, seqs)
+        tokens, usable, sampled = scores.tokens, scores.usable, scores.sampled
+        if sampled:
+            rows = row_values(sampled, logits.device, torch.long)
+            drawn = draw(scores.probs, [seqs[i] for i in sampled])
+            tokens[rows], usable[rows] = drawn, scores.probs.gather(1, drawn[:, None]).squeeze(1) > 0
+        if scores.raw_logprobs is None:
+            token_ids, usable_rows = torch.stack((tokens, usable.to(tokens.dtype))).tolist()  # the one transfer
+            logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
+        else:
+            wanted = [s.params.logprobs is not None for s in seqs]
+            token_ids, usable_rows, logprobs = with_logprobs(scores.raw_logprobs, tokens, usable, seqs, wanted)
+        return SamplerOutput(token_ids, logprobs, [None if ok else NO_TOKEN for ok in usable_rows])
+
+    def score(self, logits: torch.Tensor, seqs: list[SequenceState]) -> RowScores:
+        """Every row through its edits; greedy rows' choices, and sampled rows' distributions.
+        `logits` in the model's dtype: greedy rows that no edit touches take their argmax
         there (widening is exact, so the choice is the same); only what needs arithmetic is
         widened to float32."""
-        want_logprobs, sampled = [], []
+        want_logprobs, sampled = False, []
         for i, s in enumerate(seqs):  # one pass: this runs for every sequence at every step
             p = s.params
-            want_logprobs.append(p.logprobs is not None)
+            want_logprobs = want_logprobs or p.logprobs is not None
             if not p.greedy:
                 sampled.append(i)
         # Reported log-probabilities are those of the model itself, before any processing.
-        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if any(want_logprobs) else None
+        raw_logprobs = torch.log_softmax(logits.float(), dim=-1) if want_logprobs else None
         edits = [(edit, rows) for edit in self.edits if (rows := edit.rows(seqs))]
         if edits:
             logits = logits.to(torch.float32, copy=True)  # edited in place; the caller's stays as it was
             for edit, rows in edits:
                 edit.apply(logits, rows, seqs)
         tokens = greedy_tokens(logits)
-        # A greedy row's choice is usable if its logit is finite; a sampled row's, if it had a chance.
+        # A greedy row's choice is usable if its logit is finite.
         usable = logits.gather(1, tokens[:, None]).view(-1).isfinite()
+        probs = None
         if sampled:
-            rows = row_values(sampled, logits.device, torch.long)
-            tokens[rows], usable[rows] = self._draw(logits[rows].float(), [seqs[i] for i in sampled])
-        if raw_logprobs is None:
-            token_ids, usable_rows = torch.stack((tokens, usable.to(tokens.dtype))).tolist()  # the one transfer
-            logprobs: list[TokenLogprobs | None] = [None] * len(seqs)
-        else:
-            token_ids, usable_rows, logprobs = _with_logprobs(raw_logprobs, tokens, usable, seqs, want_logprobs)
-        return SamplerOutput(token_ids, logprobs, [None if ok else NO_TOKEN for ok in usable_rows])
+            probs = self._probs(
+                logits[row_values(sampled, logits.device, torch.long)].float(), [seqs[i] for i in sampled]
+            )
+        return RowScores(tokens, usable, sampled, probs, raw_logprobs)
 
-    def _draw(self, logits: torch.Tensor, seqs: list[SequenceState]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's drawn token, and whether it had a chance (a probability above zero: rows
-        whose logits hold no finite value draw from NaN)."""
+    def _probs(self, logits: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
+        """Each sampled row's distribution, after every transform its request asks for (rows
+        whose logits hold no finite value hold NaN)."""
         for transform in self.logits_transforms:
             logits = transform(logits, seqs)
         probs = torch.softmax(logits, dim=-1)
         for transform in self.probs_transforms:
             probs = transform(probs, seqs)
-        tokens = draw(probs, seqs)
-        return tokens, probs.gather(1, tokens[:, None]).squeeze(1) > 0
+        return probs
+
+
+@dataclass
+class RowScores:
+    tokens: torch.Tensor  # [rows] each row's argmax after its edits: a greedy row's choice
+    usable: torch.Tensor  # [rows] bool: that choice's logit is finite
+    sampled: list[int]  # the rows that draw
+    probs: torch.Tensor | None  # [sampled, vocab] their distributions
+    raw_logprobs: torch.Tensor | None  # [rows, vocab] the model's own, when a row asks for them
 
 
 def draw(probs: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
@@ -124,7 +145,7 @@ def draw(probs: torch.Tensor, seqs: list[SequenceState]) -> torch.Tensor:
     return (probs / noise.clamp_min_(1e-20)).argmax(dim=-1)
 
 
-def _with_logprobs(
+def with_logprobs(
     raw: torch.Tensor, tokens: torch.Tensor, usable: torch.Tensor, seqs: list[SequenceState], wanted: list[bool]
 ) -> tuple[list[int], list[bool], list[TokenLogprobs | None]]:
     """Tokens, usability and log-probabilities, brought to the host in one copy: float64 holds

@@ -27,9 +27,14 @@ class SequenceChunk(msgspec.Struct):
     token_ids: list[int]  # the tokens computed this step
     start: int  # position of the first of them
     block_table: list[int]  # the host's copy, for the new tokens' slots
-    sample: bool  # its last token's logits are wanted
+    sample: bool  # its last token's logits are wanted (and its drafts')
     table_row: int = -1  # its row in the BlockTables the step is given
     lora_slot: int = -1  # its adapter's device slot; -1: the base model
+    num_draft: int = 0  # the last of token_ids are drafts, whose logits verify them
+
+    @property
+    def num_logits(self) -> int:
+        return 1 + self.num_draft if self.sample else 0
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,7 @@ class HostInputs:
     table_width: int  # the longest of their tables
     query_start_loc: list[int]  # [seqs + 1]: where each sequence's tokens start in the batch
     q_lens: list[int]  # new tokens per sequence
-    logits_rows: list[int]  # the batch index of each sampled chunk's last token
+    logits_rows: list[int]  # the batch index of each sampled chunk's last token (and its drafts')
     lora_runs: list[tuple[int, int, int]]  # (slot, first token, end): consecutive tokens of one adapter
 
     @property
@@ -102,7 +107,8 @@ def host_inputs(chunks: list[SequenceChunk], block_size: int) -> HostInputs:
         table_rows.append(chunk.table_row)
         width = max(width, len(table))
         if chunk.sample:
-            logits_rows.append(query_start_loc[-1] - 1)
+            end = query_start_loc[-1]
+            logits_rows += range(end - 1 - chunk.num_draft, end)
     return HostInputs(
         token_ids, positions, slots, lora_slots, seq_lens, table_rows, width, query_start_loc, q_lens, logits_rows,
         lora_runs,

@@ -1,0 +1,85 @@
+"""Speculator: the engine side of speculative decoding. At each step it proposes drafts for the
+running decodes (prompt lookup over each sequence's own tokens), within what the sequence may
+still emit, and records what verification kept.
+
+It speculates only where speculation pays. A step of a few sequences reads every weight once
+whatever its token count, so verifying k drafts costs little more than one decode; once the
+batch is large, the step is bound by arithmetic, and drafts only add to it: with more than
+`disable_by_batch_size` sequences running, no sequence speculates. Per sequence, an
+exponential average of the fraction of its drafts kept falls when its drafts miss; below
+MIN_ACCEPTANCE it stops proposing for PAUSE_TOKENS tokens, then tries again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from argosy.server.engine.sequence import Sequence
+from argosy.server.spec_decode.config import SpeculativeConfig
+from argosy.server.spec_decode.ngram import NgramIndex
+
+MIN_ACCEPTANCE = 0.2  # below this average fraction of drafts kept, a sequence pauses
+ACCEPTANCE_WEIGHT = 0.3  # of the latest step in the average
+PAUSE_TOKENS = 32  # tokens a paused sequence emits before it proposes again
+
+
+@dataclass
+class SpecDecodeStats:
+    """Cumulative counts, as vLLM's vllm:spec_decode_* counters report them."""
+
+    num_drafts: int = 0  # verifications of a non-empty draft
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)  # drafts kept at each position
+
+
+class SpeculativeState:
+    """What speculation keeps of one sequence: its n-gram index and how its drafts fare."""
+
+    __slots__ = ("acceptance", "index", "paused_until")
+
+    def __init__(self, config: SpeculativeConfig):
+        self.index = NgramIndex(config.prompt_lookup_min, config.prompt_lookup_max)
+        self.acceptance = 1.0
+        self.paused_until = 0  # the sequence's length before which it does not propose
+
+
+class Speculator:
+    def __init__(self, config: SpeculativeConfig, max_model_len: int):
+        self.config, self.max_model_len = config, max_model_len
+        self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.num_speculative_tokens)
+
+    def active(self, num_running: int) -> bool:
+        return num_running <= self.config.disable_by_batch_size
+
+    def propose(self, seq: Sequence, budget: int) -> list[int]:
+        """Drafts for a decode of `seq` (at most `budget` of them): none that would run past
+        the sequence's max_tokens or the model's length, and none while it is paused."""
+        state = seq.speculation
+        if state is None:
+            state = seq.speculation = SpeculativeState(self.config)
+        if seq.num_tokens < state.paused_until:
+            return []
+        max_tokens = seq.params.max_tokens
+        room = self.max_model_len - seq.num_tokens
+        if max_tokens is not None:
+            room = min(room, max_tokens - seq.num_output_tokens - 1)  # the step emits one more than it keeps
+        k = min(self.config.num_speculative_tokens, budget, room)
+        if k <= 0:
+            return []
+        index = state.index
+        index.extend(seq.token_ids[len(index.tokens) :])
+        return index.propose(k)
+
+    def record(self, seq: Sequence, num_draft: int, num_accepted: int) -> None:
+        stats = self.stats
+        stats.num_drafts += 1
+        stats.num_draft_tokens += num_draft
+        stats.num_accepted_tokens += num_accepted
+        for position in range(num_accepted):
+            stats.accepted_per_pos[position] += 1
+        state = seq.speculation
+        weight = ACCEPTANCE_WEIGHT
+        state.acceptance = (1 - weight) * state.acceptance + weight * num_accepted / num_draft
+        if state.acceptance < MIN_ACCEPTANCE:
+            state.paused_until = seq.num_tokens + PAUSE_TOKENS
+            state.acceptance = 1.0  # a fresh start after the pause
