@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from argosy.server.api.spec_decode_metrics import NAMES as SPEC_DECODE_NAMES
+from argosy.server.api.spec_decode_metrics import SpecDecodeMetrics
 from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
 from argosy.server.outputs import LoRAStats, RequestOutput
 from argosy.server.structured.params import KINDS
@@ -57,6 +59,7 @@ VLLM_NAMES = {
     "argosy_inter_token_latency_seconds": "vllm:inter_token_latency_seconds",
     "argosy_e2e_request_latency_seconds": "vllm:e2e_request_latency_seconds",
     "argosy_request_queue_time_seconds": "vllm:request_queue_time_seconds",
+    **SPEC_DECODE_NAMES,
 }
 
 
@@ -163,6 +166,7 @@ class ServerMetrics:
             registry=r,
         )
         self.set_weight_version("0", 0)
+        self.spec_decode = SpecDecodeMetrics(counter, self.model_name)
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
         for series in (
             self.prompt_tokens,

@@ -213,7 +213,9 @@ class EngineCore:
         tokens (the step's new tokens but the last), and all the others' (None: all of all)."""
         if self.speculator is None or not any(item.draft for item in scheduled.scheduled):
             return None
-        new_tokens = {seq.seq_id: (tokens, error) for seq, tokens, error in zip(targets, result.token_ids, result.errors)}
+        new_tokens = {
+            seq.seq_id: (tokens, error) for seq, tokens, error in zip(targets, result.token_ids, result.errors)
+        }
         kept = []
         for item in scheduled.scheduled:
             if not item.draft:
@@ -314,7 +316,7 @@ class EngineCore:
             num_preemptions=self.scheduler.num_preemptions,
             lora=None if self.lora is None else self._lora_stats(),
             grammar_compile_seconds=self.grammars.take_compile_seconds(),
-            spec_decode=None if self.speculator is None else self.speculator.stats,
+            spec_decode=None if self.speculator is None else self.speculator.snapshot(),
         )
 
     def _lora_stats(self) -> LoRAStats:

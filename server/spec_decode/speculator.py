@@ -70,6 +70,12 @@ class Speculator:
         index.extend(seq.token_ids[len(index.tokens) :])
         return index.propose(k)
 
+    def snapshot(self) -> SpecDecodeStats:
+        stats = self.stats
+        return SpecDecodeStats(
+            stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens, list(stats.accepted_per_pos)
+        )
+
     def record(self, seq: Sequence, num_draft: int, num_accepted: int) -> None:
         stats = self.stats
         stats.num_drafts += 1
