@@ -112,8 +112,11 @@ class DraftVerifier:
                 ok = all(usable[start : start + len(kept)])
             else:
                 probs = scores.probs[place[start] : place[start] + 1 + len(draft)]
-                kept = accept_sampled(probs, draft, None, seq.generator)
-                ok = all(float(probs[j, token]) > 0 for j, token in enumerate(kept))
+                # Rows from the first with no finite value on are not used (a draw there is NaN).
+                usable_rows = probs.isfinite().all(dim=-1).tolist() + [False]
+                probs = probs[: usable_rows.index(False)]
+                kept = accept_sampled(probs, draft[: len(probs) - 1], None, seq.generator) if len(probs) else []
+                ok = bool(kept) and all(float(probs[j, token]) > 0 for j, token in enumerate(kept))
             token_ids.append(kept if ok else [])
             errors.append(None if ok else NO_TOKEN)
             if ok and seq.params.logprobs is not None:

@@ -8,11 +8,16 @@ every fourth one wrong, so that drafts are kept in part, refused in part, and ke
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import pytest
 
-from argosy import SamplingParams
+from argosy import LLM, SamplingParams
+from argosy.server.structured.params import StructuredOutputsParams
 from tests.checkpoints import ARCHS, tiny_llm
 from tests.server.models.test_greedy_identity import mixed_requests, run
+from tests.server.structured.schema_corpus import SCHEMAS
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
 ALWAYS = NGRAM | {"disable_by_batch_size": 64}
@@ -101,3 +106,48 @@ def test_speculation_is_off_while_more_sequences_run_than_its_batch_size(checkpo
     assert run(llm, requests) == expected
     assert running_when_drafted and max(running_when_drafted) <= 2
     assert llm.stats().spec_decode.num_drafts > 0
+
+
+def test_constrained_outputs_are_the_same_with_speculation(llama_checkpoint):
+    # The oracle's wrong tokens are mostly ones the grammar refuses: drafts are cut there.
+    prompts = [f"Answer in JSON ({i}):" for i in range(6)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=120, structured_outputs=StructuredOutputsParams(json=schema))
+        for schema in SCHEMAS[:6]
+    ]
+    settings = {"structured_outputs_max_whitespace": 2, "kv_cache_memory": 16 << 20}
+    plain = tiny_llm(llama_checkpoint, **settings).generate(prompts, params)
+    llm = tiny_llm(llama_checkpoint, speculative_config=ALWAYS, **settings)
+    expected = [out.outputs[0].token_ids for out in plain]
+    propose_from(llm, [(out.prompt_token_ids, None) for out in plain], expected)
+    assert [out.outputs[0].token_ids for out in llm.generate(prompts, params)] == expected
+    assert_drafts_were_kept_and_refused(llm)
+
+
+def test_sampled_constrained_outputs_with_speculation_satisfy_their_schemas(llama_checkpoint):
+    llm = tiny_llm(llama_checkpoint, speculative_config=ALWAYS, structured_outputs_max_whitespace=2)
+    speculator = llm.engine.core.speculator
+    lookup = speculator.propose
+    speculator.propose = lambda seq, budget: (lookup(seq, budget) or seq.token_ids[-3:])[:budget]  # always one
+    params = [
+        SamplingParams(temperature=1.0, seed=i, max_tokens=300, structured_outputs=StructuredOutputsParams(json=schema))
+        for i, schema in enumerate(SCHEMAS[:8])
+    ]
+    for schema, out in zip(SCHEMAS, llm.generate(["Answer in JSON:"] * 8, params)):
+        assert out.outputs[0].finish_reason == "stop", out.outputs[0].text
+        jsonschema.validate(json.loads(out.outputs[0].text), schema)
+    assert llm.stats().spec_decode.num_drafts > 0
+
+
+def test_prompt_lookup_on_the_default_model_keeps_most_drafts_of_a_repeating_answer():
+    prompt = (
+        "Repeat this list exactly: apple, banana, cherry, date, elderberry, fig, grape, honeydew, kiwi, lemon, "
+        "mango, nectarine. Again: apple, banana,"
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=40)
+    (plain,) = LLM(dtype="float32").generate([prompt], params)
+    llm = LLM(dtype="float32", speculative_config=NGRAM | {"prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    (out,) = llm.generate([prompt], params)
+    assert out.outputs[0].token_ids == plain.outputs[0].token_ids
+    stats = llm.stats().spec_decode
+    assert stats.num_accepted_tokens > stats.num_draft_tokens / 2 and stats.num_drafts > 5
