@@ -113,7 +113,7 @@ class DraftVerifier:
             else:
                 probs = scores.probs[place[start] : place[start] + 1 + len(draft)]
                 # Rows from the first with no finite value on are not used (a draw there is NaN).
-                usable_rows = probs.isfinite().all(dim=-1).tolist() + [False]
+                usable_rows = [*probs.isfinite().all(dim=-1).tolist(), False]
                 probs = probs[: usable_rows.index(False)]
                 kept = accept_sampled(probs, draft[: len(probs) - 1], None, seq.generator) if len(probs) else []
                 ok = bool(kept) and all(float(probs[j, token]) > 0 for j, token in enumerate(kept))
