@@ -98,7 +98,7 @@ def main() -> None:
     for name, (prompts, chat) in workloads.items():
         for concurrency in (1, 16):
             chosen = prompts[:4] if concurrency == 1 else prompts  # alone, four requests tell enough
-            best = {method: 0.0 for method in engines}
+            best = dict.fromkeys(engines, 0.0)
             outputs, before = {}, {m: _counts(llm) for m, llm in engines.items()}
             for _ in range(args.repeats):
                 for method, llm in engines.items():
