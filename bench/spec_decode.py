@@ -55,7 +55,7 @@ def grounded_conversations() -> list[list[dict]]:
 
 def random_prompts(llm: LLM, count: int, length: int, seed: int = 0) -> list[list[int]]:
     rng = random.Random(seed)
-    vocab = llm.get_tokenizer().vocab_size
+    vocab = llm.engine.core.model_config.vocab_size
     return [[rng.randrange(100, vocab - 100) for _ in range(length)] for _ in range(count)]
 
 
