@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from argosy.server.api.spec_decode_metrics import NAMES as SPEC_DECODE_NAMES
 from argosy.server.api.spec_decode_metrics import SpecDecodeMetrics
 from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
 from argosy.server.outputs import LoRAStats, RequestOutput
@@ -59,7 +58,6 @@ VLLM_NAMES = {
     "argosy_inter_token_latency_seconds": "vllm:inter_token_latency_seconds",
     "argosy_e2e_request_latency_seconds": "vllm:e2e_request_latency_seconds",
     "argosy_request_queue_time_seconds": "vllm:request_queue_time_seconds",
-    **SPEC_DECODE_NAMES,
 }
 
 
@@ -96,8 +94,8 @@ class ServerMetrics:
         def gauge(name: str, doc: str) -> Twins:
             return Twins(*(Gauge(n, doc, labels, registry=r) for n in (name, VLLM_NAMES[name])))
 
-        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Twins:
-            names = (name, VLLM_NAMES[name])
+        def counter(name: str, doc: str, extra: tuple[str, ...] = (), vllm_name: str | None = None) -> Twins:
+            names = (name, vllm_name or VLLM_NAMES[name])
             return Twins(*(Counter(n.removesuffix("_total"), doc, labels + list(extra), registry=r) for n in names))
 
         def histogram(name: str, doc: str) -> Twins:

@@ -1,6 +1,7 @@
 """Speculative decoding's counters, as vLLM names them: verifications, draft tokens proposed,
 and kept (in all, and by position in the draft, whose fall-off shows how long a draft pays).
-The engine reports cumulative totals; the counters advance by the difference."""
+The engine reports cumulative totals; the counters advance by the difference. Their series
+appear once the engine speculates, as vLLM's do."""
 
 from __future__ import annotations
 
@@ -18,12 +19,16 @@ NAMES = {
 
 class SpecDecodeMetrics:
     def __init__(self, counter: Callable, model_name: str):
-        """`counter(name, doc, extra_labels)` makes a counter under its argosy and vLLM names."""
+        """`counter(name, doc, extra_labels, vllm_name)` makes a counter under both names."""
         self.model_name = model_name
-        self.drafts = counter("argosy_spec_decode_num_drafts_total", "Drafts verified")
-        self.draft_tokens = counter("argosy_spec_decode_num_draft_tokens_total", "Draft tokens proposed and verified")
-        self.accepted = counter("argosy_spec_decode_num_accepted_tokens_total", "Draft tokens accepted")
-        self.per_pos = counter(
+
+        def twins(name: str, doc: str, extra: tuple[str, ...] = ()):
+            return counter(name, doc, extra, NAMES[name])
+
+        self.drafts = twins("argosy_spec_decode_num_drafts_total", "Drafts verified")
+        self.draft_tokens = twins("argosy_spec_decode_num_draft_tokens_total", "Draft tokens proposed and verified")
+        self.accepted = twins("argosy_spec_decode_num_accepted_tokens_total", "Draft tokens accepted")
+        self.per_pos = twins(
             "argosy_spec_decode_num_accepted_tokens_per_pos_total",
             "Draft tokens accepted, by their position in the draft",
             ("position",),
