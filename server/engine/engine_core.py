@@ -25,7 +25,7 @@ from argosy.server.engine.stop_conditions import finish_reason
 from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.executor import Executor, make_executor
-from argosy.server.executor.plan import StepResult, TokenLogprobs
+from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.lora.request import AdapterRef
 from argosy.server.lora.slots import LoRASlots
@@ -204,17 +204,18 @@ class EngineCore:
             if self.lora is not None:  # a slot's load may not have happened
                 self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
             raise
-        targets = self.parallel_sampling.targets(completing, forks)
-        self.scheduler.advance(scheduled, self._kept(scheduled, targets, result))
-        return self._append_sampled(targets, result)
+        # Advanced before the forks are made: the children take the parent's progress.
+        self.scheduler.advance(scheduled, self._kept(scheduled, plan, result))
+        return self._append_sampled(self.parallel_sampling.targets(completing, forks), result)
 
-    def _kept(self, scheduled: SchedulerOutput, targets: list[Sequence], result: StepResult) -> list[int] | None:
+    def _kept(self, scheduled: SchedulerOutput, plan: StepPlan, result: StepResult) -> list[int] | None:
         """How many of each scheduled sequence's computed tokens stay: a draft's accepted
         tokens (the step's new tokens but the last), and all the others' (None: all of all)."""
         if self.speculator is None or not any(item.draft for item in scheduled.scheduled):
             return None
         new_tokens = {
-            seq.seq_id: (tokens, error) for seq, tokens, error in zip(targets, result.token_ids, result.errors)
+            sample.seq_id: (tokens, error)
+            for sample, tokens, error in zip(plan.samples, result.token_ids, result.errors)
         }
         kept = []
         for item in scheduled.scheduled:
