@@ -11,6 +11,7 @@ MIN_ACCEPTANCE it stops proposing for PAUSE_TOKENS tokens, then tries again."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from argosy.server.engine.sequence import Sequence
@@ -71,10 +72,7 @@ class Speculator:
         return index.propose(k)
 
     def snapshot(self) -> SpecDecodeStats:
-        stats = self.stats
-        return SpecDecodeStats(
-            stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens, list(stats.accepted_per_pos)
-        )
+        return dataclasses.replace(self.stats, accepted_per_pos=list(self.stats.accepted_per_pos))
 
     def record(self, seq: Sequence, num_draft: int, num_accepted: int) -> None:
         stats = self.stats

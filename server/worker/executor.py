@@ -104,11 +104,13 @@ class InProcessExecutor:
         if not plan.samples:  # only partial prefill chunks ran
             return StepResult([], [], [])
         seqs = [states[s.seq_id] for s in plan.samples]
-        rows = [s.logits_row + j for s in plan.samples for j in range(1 + len(s.draft))]
-        if rows != list(range(len(logits))):  # parallel samples share their parent's row
+        drafts = [s.draft for s in plan.samples]
+        num_drafted = sum(map(len, drafts))
+        if len(plan.samples) + num_drafted > len(logits):  # parallel samples share their parent's row
+            rows = [s.logits_row + j for s in plan.samples for j in range(1 + len(s.draft))]
             logits = logits[torch.tensor(rows, device=logits.device)]
-        if any(s.draft for s in plan.samples):
-            out = self.verifier(logits, seqs, [s.draft for s in plan.samples])
+        if num_drafted:
+            out = self.verifier(logits, seqs, drafts)
             token_ids, logprobs, errors = out.token_ids, out.logprobs, out.errors
         else:
             sampled = self.sampler(logits, seqs)
