@@ -94,6 +94,8 @@ def array_items(text: str, start: int) -> tuple[list[tuple[int, int | None]], in
             i = skip_space(text, i + 1)
             continue
         end = value_end(text, i)
+        if end == i:  # no value starts with this character (":", "}"): nothing more can be read
+            return items, None
         items.append((i, end))
         if end is None:
             return items, None

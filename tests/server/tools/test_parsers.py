@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from argosy.server.tools.parsers import HermesParser, JsonArrayParser, Llama3JsonParser, NamedParser, Parsed
@@ -116,6 +116,8 @@ def test_the_required_list_and_a_named_function(written, space, data):
 
 @settings(max_examples=100, deadline=None)
 @given(cut_points(st.text(alphabet='<tol_ca>/{}[]"name:, x', max_size=60)))
+@example(("[}", []))  # once an endless loop: no item starts with "}" (nor ":")
+@example(('[{"name": "a"}, x:', [4]))
 def test_any_text_at_all_streams_to_its_whole_parse(case):
     """Malformed and truncated outputs too: what is sent never has to be taken back."""
     text, cuts = case
