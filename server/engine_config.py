@@ -85,7 +85,8 @@ class EngineConfig:
     speculative_config: str | None = setting(
         None,
         'speculative decoding, as JSON: {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a, '
-        '"prompt_lookup_max": b, "disable_by_batch_size": n} (LLM(speculative_config=) takes the dict too)',
+        '"prompt_lookup_max": b, "disable_by_batch_size": n}, or {"method": "draft_model", "model": PATH, '
+        '"num_speculative_tokens": k} (LLM(speculative_config=) takes the dict too)',
     )
 
     def __post_init__(self) -> None:

@@ -206,7 +206,10 @@ class EngineCore:
             raise
         # Advanced before the forks are made: the children take the parent's progress.
         self.scheduler.advance(scheduled, self._kept(scheduled, plan, result))
-        return self._append_sampled(self.parallel_sampling.targets(completing, forks), result)
+        targets = self.parallel_sampling.targets(completing, forks)
+        if self.speculator is not None:
+            self.speculator.keep_proposals(targets, result.drafts)
+        return self._append_sampled(targets, result)
 
     def _kept(self, scheduled: SchedulerOutput, plan: StepPlan, result: StepResult) -> list[int] | None:
         """How many of each scheduled sequence's computed tokens stay: a draft's accepted
@@ -331,13 +334,7 @@ class EngineCore:
 
 def _speculator(config: EngineConfig, max_model_len: int) -> Speculator | None:
     spec = SpeculativeConfig.parse(config.speculative_config)
-    if spec is None:
-        return None
-    if spec.method != "ngram":
-        raise InvalidRequestError(
-            f"speculative_config.method {spec.method!r} is not served yet (ngram is)", param="speculative_config.method"
-        )
-    return Speculator(spec, max_model_len)
+    return None if spec is None else Speculator(spec, max_model_len)
 
 
 def _tokenizer_eos(tokenizer: Tokenizer) -> tuple[int, ...]:

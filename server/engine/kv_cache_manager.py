@@ -64,7 +64,7 @@ class KVCacheManager:
         table_len = max(len(seq.block_table), num_cached_blocks)
         computed = max(seq.num_computed_tokens, num_cached_blocks * self.block_size)
         needed = -(-(computed + num_new_tokens) // self.block_size) - table_len
-        return needed + int(self._must_copy_last_block(seq))
+        return needed + int(self._shared_block(seq) is not None)
 
     def allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int] | None = None) -> bool:
         """Makes room for the next `num_new_tokens` tokens of `seq`, first adopting
@@ -72,7 +72,7 @@ class KVCacheManager:
         changing nothing, when too few blocks are free."""
         # Most decodes: the token fits the blocks the sequence has, and none must be copied first.
         fits = seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size
-        if fits and not cached_blocks and not self._must_copy_last_block(seq):
+        if fits and not cached_blocks and self._shared_block(seq) is None:
             return True
         cached_blocks = cached_blocks or []
         if self.blocks_needed(seq, num_new_tokens, len(cached_blocks)) > self._available(cached_blocks):
@@ -82,13 +82,13 @@ class KVCacheManager:
             seq.block_table = list(cached_blocks)
             seq.num_computed_tokens = len(cached_blocks) * self.block_size
             _changed(seq, 0)
-        if self._must_copy_last_block(seq):
-            src = seq.block_table[-1]
+        if (shared := self._shared_block(seq)) is not None:
+            src = seq.block_table[shared]
             (dst,) = self.pool.allocate(1)
             self.pool.release([src])
-            seq.block_table[-1] = dst
+            seq.block_table[shared] = dst
             self._pending_copies.append((src, dst))
-            _changed(seq, len(seq.block_table) - 1)
+            _changed(seq, shared)
         total = seq.num_computed_tokens + num_new_tokens
         missing = -(-total // self.block_size) - len(seq.block_table)
         if missing > 0:
@@ -122,7 +122,9 @@ class KVCacheManager:
             _changed(seq, keep)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        child.block_table = list(parent.block_table)
+        """The child shares the blocks of the parent's computed tokens (not slots past them,
+        into which the two would write at once)."""
+        child.block_table = parent.block_table[: -(-parent.num_computed_tokens // self.block_size)]
         self.pool.share(child.block_table)
         _changed(child, 0)
 
@@ -136,13 +138,13 @@ class KVCacheManager:
         reclaimed = sum(1 for b in cached_blocks if self.pool.ref_count(b) == 0)
         return self.pool.num_free - reclaimed
 
-    def _must_copy_last_block(self, seq: Sequence) -> bool:
-        """The next token goes into a partly filled block that other sequences share."""
-        return (
-            seq.num_computed_tokens % self.block_size != 0
-            and bool(seq.block_table)
-            and self.pool.ref_count(seq.block_table[-1]) > 1
-        )
+    def _shared_block(self, seq: Sequence) -> int | None:
+        """The index of the partly filled block the next token goes into, when other sequences
+        share it (it is copied first); None otherwise."""
+        index, offset = divmod(seq.num_computed_tokens, self.block_size)
+        if offset and index < len(seq.block_table) and self.pool.ref_count(seq.block_table[index]) > 1:
+            return index
+        return None
 
     def _extend_hashes(self, seq: Sequence, num_tokens: int) -> None:
         bs = self.block_size

@@ -5,7 +5,9 @@ running sequence is preempted: its blocks are freed and it is recomputed later. 
 waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
 its place, until one idles; the ones behind it may go first. So is a sequence whose grammar is
 still compiling. With speculative decoding, a running decode computes its last token and the
-drafts the Speculator proposes, if their blocks are free; otherwise it decodes plainly."""
+drafts the Speculator proposes, if their blocks are free; otherwise it decodes plainly. A draft
+model's proposals, written on the device after sampling, take slots past those (lookahead),
+when free; unkept, they go back with the refused drafts' slots."""
 
 from __future__ import annotations
 
@@ -77,7 +79,11 @@ class Scheduler:
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
             if speculating and num_new == seq.num_tokens - seq.num_computed_tokens == 1:
                 draft = self.speculator.propose(seq, budget - 1)
-                if draft and self.kv.allocate(seq, 1 + len(draft)):  # else it decodes plainly
+                lookahead = self.speculator.lookahead(seq, 1 + len(draft))
+                # With the draft model's slots if free, else without; else it decodes plainly.
+                if (lookahead and self.kv.allocate(seq, 1 + len(draft) + lookahead)) or (
+                    draft and self.kv.allocate(seq, 1 + len(draft))
+                ):
                     out.scheduled.append(ScheduledSequence(seq, 1, draft))
                     budget -= 1 + len(draft)
                     continue

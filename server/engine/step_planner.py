@@ -50,10 +50,13 @@ class StepPlanner:
             tokens = seq.token_ids[start : start + item.num_new_tokens - len(draft)] + draft
             chunks.append(ScheduledChunk(seq.seq_id, tokens, start, item.completes, blocks, len(draft)))
         drafts = {item.seq.seq_id: item.draft for item in out.scheduled if item.draft}
+        speculator, num_running = self.scheduler.speculator, len(self.scheduler.running)
         samples, logits_row = [], 0
         for place, seq in enumerate(completing):
             draft = drafts.get(seq.seq_id, [])
-            samples.append(SampleRow(seq.seq_id, logits_row, draft))
+            # A sequence forking now shares its last block with its children: none proposes into it.
+            propose = 0 if speculator is None or place in forks else speculator.to_propose(seq, num_running)
+            samples.append(SampleRow(seq.seq_id, logits_row, draft, propose))
             for seq_id, index in forks[place].children if place in forks else ():
                 known.add(seq_id)
                 request = seq.request

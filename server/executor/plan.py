@@ -43,6 +43,7 @@ class SampleRow(msgspec.Struct, array_like=True):
     seq_id: int
     logits_row: int  # the first of its rows, among the rows of the chunks with `sample`, in order
     draft: list[int] = []
+    propose: int = 0  # tokens the draft model proposes after the ones kept, for the next step
 
 
 class StepPlan(msgspec.Struct, array_like=True):
@@ -73,6 +74,7 @@ class StepResult(msgspec.Struct, array_like=True):
     errors: list[str | None]
     # Rows whose grammar is complete and allows nothing more after their tokens: they end (stop).
     complete: list[int] = []
+    drafts: list[list[int]] = []  # the draft model's proposals, per row (none past the list's end)
 
 
 class DeviceReady(msgspec.Struct, array_like=True):

@@ -1,6 +1,7 @@
 """Speculator: the engine side of speculative decoding. At each step it proposes drafts for the
-running decodes (prompt lookup over each sequence's own tokens), within what the sequence may
-still emit, and records what verification kept.
+running decodes, within what the sequence may still emit, and records what verification kept.
+Prompt lookup (ngram) proposes here, from each sequence's own tokens; a draft model proposes on
+the device side, after each step's sampling, and its drafts wait here for the next step.
 
 It speculates only where speculation pays. A step of a few sequences reads every weight once
 whatever its token count, so verifying k drafts costs little more than one decode; once the
@@ -34,12 +35,16 @@ class SpecDecodeStats:
 
 
 class SpeculativeState:
-    """What speculation keeps of one sequence: its n-gram index and how its drafts fare."""
+    """What speculation keeps of one sequence: its n-gram index (ngram) or the draft model's
+    last proposal (draft_model), and how its drafts fare."""
 
-    __slots__ = ("acceptance", "index", "paused_until")
+    __slots__ = ("acceptance", "index", "paused_until", "proposed")
 
     def __init__(self, config: SpeculativeConfig):
-        self.index = NgramIndex(config.prompt_lookup_min, config.prompt_lookup_max)
+        self.index = None
+        if config.method == "ngram":
+            self.index = NgramIndex(config.prompt_lookup_min, config.prompt_lookup_max)
+        self.proposed: list[int] = []  # what the draft model proposed after the sequence's last token
         self.acceptance = 1.0
         self.paused_until = 0  # the sequence's length before which it does not propose
 
@@ -49,15 +54,21 @@ class Speculator:
         self.config, self.max_model_len = config, max_model_len
         self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.num_speculative_tokens)
 
+    def lookahead(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Slots past a step's `num_new_tokens` of `seq` that the device side writes after it (the
+        draft model's proposals), within the model's length."""
+        if self.config.method != "draft_model":
+            return 0
+        room = self.max_model_len - seq.num_computed_tokens - num_new_tokens
+        return max(0, min(self.config.num_speculative_tokens, room))
+
     def active(self, num_running: int) -> bool:
         return num_running <= self.config.disable_by_batch_size
 
     def propose(self, seq: Sequence, budget: int) -> list[int]:
         """Drafts for a decode of `seq` (at most `budget` of them): none that would run past
         the sequence's max_tokens or the model's length, and none while it is paused."""
-        state = seq.speculation
-        if state is None:
-            state = seq.speculation = SpeculativeState(self.config)
+        state = self._state(seq)
         if seq.num_tokens < state.paused_until:
             return []
         max_tokens = seq.params.max_tokens
@@ -68,8 +79,26 @@ class Speculator:
         if k <= 0:
             return []
         index = state.index
+        if index is None:
+            return state.proposed[:k]
         index.extend(seq.token_ids[len(index.tokens) :])
         return index.propose(k)
+
+    def to_propose(self, seq: Sequence, num_running: int) -> int:
+        """How many tokens the draft model should propose for `seq` once this step samples it."""
+        if self.config.method != "draft_model" or not self.active(num_running):
+            return 0
+        return 0 if seq.num_tokens + 1 < self._state(seq).paused_until else self.config.num_speculative_tokens
+
+    def keep_proposals(self, seqs: list[Sequence], proposals: list[list[int]]) -> None:
+        """The draft model's proposals after a step, per sampled sequence (none past the list's end)."""
+        for i, seq in enumerate(seqs):
+            self._state(seq).proposed = proposals[i] if i < len(proposals) else []
+
+    def _state(self, seq: Sequence) -> SpeculativeState:
+        if seq.speculation is None:
+            seq.speculation = SpeculativeState(self.config)
+        return seq.speculation
 
     def snapshot(self) -> SpecDecodeStats:
         return dataclasses.replace(self.stats, accepted_per_pos=list(self.stats.accepted_per_pos))
@@ -81,7 +110,7 @@ class Speculator:
         stats.num_accepted_tokens += num_accepted
         for position in range(num_accepted):
             stats.accepted_per_pos[position] += 1
-        state = seq.speculation
+        state = self._state(seq)
         weight = ACCEPTANCE_WEIGHT
         state.acceptance = (1 - weight) * state.acceptance + weight * num_accepted / num_draft
         if state.acceptance < MIN_ACCEPTANCE:

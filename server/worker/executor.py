@@ -2,7 +2,8 @@
 model, profiles the largest step, sizes and allocates the KV cache, warms every kernel variant
 and captures the CUDA graphs; each step it takes the plan's changes into the sequences' states,
 runs the forward pass, samples the rows the plan names and keeps what it sampled. A Triton
-kernel that compiles after start-up (a variant the warm-up missed) is logged as the stall it is."""
+kernel that compiles after start-up (a variant the warm-up missed) is logged as the stall it is.
+With a draft model, it runs every step too, and proposes after the sampling (DraftModel)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.spec_decode.config import SpeculativeConfig
+from argosy.server.spec_decode.draft_model import DraftModel, ProposalStart
 from argosy.server.spec_decode.verifier import DraftVerifier
 from argosy.server.worker.device import resolve_device, resolve_dtype
 from argosy.server.worker.memory_budget import kv_bytes_per_block, kv_cache_budget, num_kv_blocks
@@ -42,6 +45,7 @@ class InProcessExecutor:
         self.report: StartupReport | None = None  # what start settled, once started
         self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
         self.adapters: AdapterHostCache | None = None  # with LoRA on, once started
+        self.draft: DraftModel | None = None  # with draft-model speculation, once started
 
     def start(self) -> DeviceReady:
         config, limits = self.config, self.limits
@@ -50,6 +54,10 @@ class InProcessExecutor:
         torch.manual_seed(config.seed)
         clock = PhaseClock()
         runner = self.runner = ModelRunner(self.model_config, config, dtype, device, limits.max_model_len)
+        spec = SpeculativeConfig.parse(config.speculative_config)
+        if spec is not None and spec.method == "draft_model":
+            self.draft = DraftModel(spec.model, self.model_config, config, dtype, device, limits.max_model_len)
+        runners = [runner] if self.draft is None else [runner, self.draft.runner]
         if config.enable_lora:
             cpu_loras = config.max_cpu_loras or config.max_loras
             self.adapters = AdapterHostCache(self.model_config, config.max_lora_rank, dtype, cpu_loras)
@@ -58,13 +66,19 @@ class InProcessExecutor:
         budget = kv_cache_budget(config, device, lambda: runner.profile_peak_bytes(largest_step, config.max_num_seqs))
         clock.lap("profile")
         block_bytes = kv_bytes_per_block(self.model_config, config.block_size, dtype)
+        if self.draft is not None:  # its cache mirrors the target's, block for block
+            block_bytes += self.draft.block_bytes()
         reserved = runner.reserved_blocks
         num_blocks = num_kv_blocks(budget, block_bytes, limits.max_model_len, config.block_size, reserved)
-        runner.allocate_kv_cache(num_blocks)
+        for each in runners:
+            each.allocate_kv_cache(num_blocks)
         clock.lap("kv_cache")
-        runner.warm_up()
+        for each in runners:
+            each.warm_up()
         clock.lap("warmup")
-        graph_sizes = runner.capture_graphs()
+        graph_sizes = runner.capture_graphs()  # the draft's are the same sizes
+        if self.draft is not None:
+            self.draft.runner.capture_graphs()
         clock.lap("graphs")
         self.variants = runner.compiled_variants()
         report = self.report = StartupReport(
@@ -73,7 +87,7 @@ class InProcessExecutor:
             config.quantization,
             graph_sizes,
             num_blocks,
-            tensor_bytes(runner.model),
+            sum(tensor_bytes(each.model) for each in runners),
             (num_blocks + reserved) * block_bytes,
             clock.seconds,
             None if self.variants is None else self.variants.count(),
@@ -95,6 +109,8 @@ class InProcessExecutor:
                 )
             )
         logits = self.runner.execute(chunks, plan.block_copies, states.tables)
+        if self.draft is not None:
+            self.draft.mirror(chunks, plan.block_copies, states.tables)
         if self.variants is not None and (compiled := self.variants.new()):
             log.warning(
                 "a Triton kernel compiled a variant the start-up warm-up had not, and every request waited for it "
@@ -125,7 +141,35 @@ class InProcessExecutor:
                     del tokens[ends:]
                     if logprobs[row] is not None:
                         del logprobs[row][ends:]
-        return StepResult(token_ids, logprobs, errors, complete)
+        drafts = self._propose(plan, chunks, token_ids, errors, complete) if self.draft is not None else []
+        return StepResult(token_ids, logprobs, errors, complete, drafts)
+
+    def _propose(
+        self,
+        plan: StepPlan,
+        chunks: list[SequenceChunk],
+        token_ids: list[list[int]],
+        errors: list[str | None],
+        complete: list[int],
+    ) -> list[list[int]]:
+        """The draft model's proposals for the rows that asked, from each one's last kept token."""
+        chunk_of = {c.seq_id: chunk for c, chunk in zip(plan.chunks, chunks)}
+        rows, starts = [], []
+        for row, sample in enumerate(plan.samples):
+            tokens = token_ids[row]
+            if not sample.propose or errors[row] is not None or row in complete or not tokens:
+                continue
+            chunk = chunk_of[sample.seq_id]
+            # The kept tokens follow the chunk's own; the last of them is the next one to compute.
+            position = chunk.start + len(chunk.token_ids) - chunk.num_draft + len(tokens) - 1
+            rows.append(row)
+            starts.append(ProposalStart(tokens[-1], position, chunk.block_table, chunk.table_row, sample.propose))
+        if not starts:
+            return []
+        drafts: list[list[int]] = [[] for _ in plan.samples]
+        for row, draft in zip(rows, self.draft.propose(starts, self.states.tables)):
+            drafts[row] = draft
+        return drafts
 
     def check_device(self) -> None:
         self.runner.check_device()
@@ -138,12 +182,14 @@ class InProcessExecutor:
         log.info("weights updated from %s", path)
 
     def sleep(self, level: int) -> int:
-        freed = self.runner.sleep(level)
+        freed = self.runner.sleep(level) + (0 if self.draft is None else self.draft.runner.sleep(level))
         log.info("asleep at level %s: %.1f MiB freed", level, freed / (1 << 20))
         return freed
 
     def wake_up(self) -> None:
         self.runner.wake_up()
+        if self.draft is not None:
+            self.draft.runner.wake_up()
         log.info("awake")
 
 
