@@ -1,23 +1,33 @@
 """Speculative decoding against plain decoding, side by side in one run, on the offline engine.
 
-    python bench/spec_decode.py [--model PATH] [--k 4] [--max-tokens 128] [--repeats 2]
+    python bench/spec_decode.py [--model PATH] [--draft-model PATH | --draft-layers 4] [--k 4]
+                                [--max-tokens 128] [--repeats 2]
 
 Two workloads of 16 chat requests, greedy: input-grounded (rewrite, fix or repeat a given code
 snippet or paragraph: the answer copies long spans of the prompt) and random (a prompt of random
 tokens). Each runs at concurrency 1 (each request alone, in turn) and 16 (all at once) on an
 engine without speculation, one with prompt lookup (`ngram`, its default off-switch), and one
-with prompt lookup that never turns off, so that the switch's worth shows; every engine's
-outputs are compared with the plain engine's. Output tokens/s is the best of --repeats; the
+with prompt lookup that never turns off, so that the switch's worth shows, and one with a draft
+model (`draft_model`): --draft-model, or else the target's first --draft-layers layers and its
+embeddings, written beside the converted model once (a draft of the same vocabulary that no
+training fitted to the layers it skips); every engine's outputs are compared with the plain
+engine's. Output tokens/s is the best of --repeats; the
 engines take turns, so that drift of the machine hits all of them alike. Acceptance: draft
 tokens kept / proposed; mean accepted length: tokens a verification emits (kept + 1)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import shutil
 import time
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
 
 from argosy import LLM, SamplingParams
+from argosy.server.models.default_model import resolve_model_path
 
 CODE = [
     "def total_price(items, tax_rate):\n    subtotal = 0\n    for item in items:\n        subtotal += item.price * "
@@ -59,6 +69,28 @@ def random_prompts(llm: LLM, count: int, length: int, seed: int = 0) -> list[lis
     return [[rng.randrange(100, vocab - 100) for _ in range(length)] for _ in range(count)]
 
 
+def truncated_checkpoint(model: str | None, layers: int) -> Path:
+    """The target's embeddings, first `layers` layers, final norm and head, as a checkpoint."""
+    source = resolve_model_path(model)
+    target = source.parent / f"{source.name}-first-{layers}-layers"
+    if (target / "config.json").is_file():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.iterdir():
+        if path.suffix != ".safetensors" and path.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy(path, target / path.name)
+    config = json.loads((source / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    tensors = {}
+    for shard in source.glob("*.safetensors"):
+        for name, tensor in load_file(shard).items():
+            if not name.startswith("model.layers.") or int(name.split(".")[2]) < layers:
+                tensors[name] = tensor
+    save_file(tensors, target / "model.safetensors", metadata={"format": "pt"})
+    (target / "config.json").write_text(json.dumps(config, indent=2))
+    return target
+
+
 def run(llm: LLM, prompts, chat: bool, params: SamplingParams, concurrency: int) -> tuple[float, list, int]:
     """(seconds, outputs' token ids, output tokens)."""
     start = time.perf_counter()
@@ -80,12 +112,18 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--draft-model", default=None, help="a smaller checkpoint of the same vocabulary")
+    parser.add_argument("--draft-layers", type=int, default=4, help="without --draft-model: the target's first N")
     args = parser.parse_args()
     ngram = {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    draft_path = args.draft_model or str(truncated_checkpoint(args.model, args.draft_layers))
+    draft = {"method": "draft_model", "model": draft_path, "num_speculative_tokens": args.k}
+    print(f"draft model: {draft_path}")
     engines = {
         "none": LLM(args.model),
         "ngram": LLM(args.model, speculative_config=ngram),
         "ngram, never off": LLM(args.model, speculative_config=ngram | {"disable_by_batch_size": 1024}),
+        "draft model": LLM(args.model, speculative_config=draft),
     }
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     workloads = {
