@@ -19,7 +19,7 @@ from tests.processes import MODEL
 from tests.server.api.servers import paused_core, run_server, stream_in_background
 
 PROMPT = "once upon a time"  # stream_in_background's
-LONG = 150  # tokens of a stream that is certainly still running when the test acts
+LONG = 400  # tokens of a stream still running when the test acts (150 once ended first, on a loaded machine)
 
 
 @pytest.fixture(scope="module")
