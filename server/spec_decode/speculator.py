@@ -92,6 +92,8 @@ class Speculator:
 
     def keep_proposals(self, seqs: list[Sequence], proposals: list[list[int]]) -> None:
         """The draft model's proposals after a step, per sampled sequence (none past the list's end)."""
+        if self.config.method != "draft_model":
+            return
         for i, seq in enumerate(seqs):
             self._state(seq).proposed = proposals[i] if i < len(proposals) else []
 
