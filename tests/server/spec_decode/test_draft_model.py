@@ -12,7 +12,7 @@ from argosy import SamplingParams
 from argosy.server.exceptions import InvalidRequestError
 from tests.checkpoints import ARCHS, build_checkpoint, tiny_llm
 from tests.server.models.test_greedy_identity import mixed_requests, run
-from tests.server.spec_decode.test_speculative_engine import BLOCK_BYTES
+from tests.server.spec_decode.test_speculative_engine import BLOCK_BYTES, PREEMPTING
 
 K = 3
 
@@ -50,13 +50,9 @@ def kept_fraction(llm) -> float:
 def test_the_target_as_its_own_draft_has_its_drafts_kept_through_prefix_hits_and_preemption(checkpoints, arch):
     requests = mixed_requests(16, seed=4)
     expected = run(tiny_llm(checkpoints[arch]), requests)
-    llm = tiny_llm(
-        checkpoints[arch],
-        kv_cache_memory=2 * 24 * BLOCK_BYTES,  # both caches: 24 blocks
-        max_model_len=384,
-        max_num_batched_tokens=128,
-        speculative_config=draft_config(checkpoints[arch]),
-    )
+    config = draft_config(checkpoints[arch])
+    # Both caches in one budget: 24 blocks.
+    llm = tiny_llm(checkpoints[arch], kv_cache_memory=2 * 24 * BLOCK_BYTES, speculative_config=config, **PREEMPTING)
     assert run(llm, requests) == expected
     assert run(llm, requests[::2]) == expected[::2]  # prefix hits: the draft's cache must hold them too
     stats = llm.stats()

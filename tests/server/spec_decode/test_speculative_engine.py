@@ -22,6 +22,8 @@ from tests.server.structured.schema_corpus import SCHEMAS
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3}
 ALWAYS = NGRAM | {"disable_by_batch_size": 64}
 BLOCK_BYTES = 2 * 2 * 16 * 2 * 16 * 4  # one block of the test checkpoints, float32
+# Sixteen mixed requests preempt one another in a cache of 24 blocks of BLOCK_BYTES.
+PREEMPTING = {"max_model_len": 384, "max_num_batched_tokens": 128}
 
 
 def propose_from(llm, requests, outputs) -> None:
@@ -64,13 +66,7 @@ def test_greedy_tokens_are_the_same_with_speculation_chunked_prefill_and_prefix_
 def test_greedy_tokens_are_the_same_with_speculation_under_preemption(checkpoints, arch):
     requests = mixed_requests(16, seed=4)
     expected = run(tiny_llm(checkpoints[arch]), requests)
-    llm = tiny_llm(
-        checkpoints[arch],
-        kv_cache_memory=24 * BLOCK_BYTES,
-        max_model_len=384,
-        max_num_batched_tokens=128,
-        speculative_config=ALWAYS,
-    )
+    llm = tiny_llm(checkpoints[arch], kv_cache_memory=24 * BLOCK_BYTES, speculative_config=ALWAYS, **PREEMPTING)
     propose_from(llm, requests, expected)
     assert run(llm, requests) == expected
     stats = llm.stats()
