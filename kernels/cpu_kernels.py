@@ -1,5 +1,5 @@
 """The CPU kernels (cpu_*.cpp: decode and chunk attention, greedy argmax, grammar masks, the bfloat16
-elementwise ops, KV-cache writes, the LoRA products), compiled on first use for this machine
+elementwise ops and linear layers, KV-cache writes, the LoRA products), compiled on first use for this machine
 into one extension cached under TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++
 compiler), their callers take the pure-PyTorch paths, with one warning."""
 
@@ -23,7 +23,17 @@ from argosy.kernels import kv_cache_ops
 log = logging.getLogger("argosy.kernels")
 SOURCES = [
     Path(__file__).with_name(f"cpu_{name}.cpp")
-    for name in ("attention", "chunk_attention", "argmax", "bitmask", "elementwise", "kv_cache", "lora", "bindings")
+    for name in (
+        "attention",
+        "chunk_attention",
+        "argmax",
+        "bitmask",
+        "elementwise",
+        "linear",
+        "kv_cache",
+        "lora",
+        "bindings",
+    )
 ]
 HEADERS = sorted(Path(__file__).parent.glob("cpu_*.h"))
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
@@ -118,6 +128,22 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[
     """Bans, in float32 logits [batch, vocab] with contiguous rows, each of `rows` the tokens its
     bitmask row (int32 words) leaves out."""
     cpu_kernels().apply_token_bitmask(logits, bitmask, torch.tensor(rows, dtype=torch.long))
+
+
+def paired_linear_supported() -> bool:
+    """Whether the kernels are built and this CPU multiplies bfloat16 pairs (AVX512-BF16)."""
+    kernels = cpu_kernels()
+    return kernels is not None and kernels.packed_linear_supported()
+
+
+def pair_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 weight [out, in] (out a multiple of 16, in even) in the layout of `paired_linear`."""
+    return cpu_kernels().pack_linear_bf16(weight)
+
+
+def paired_linear(x: torch.Tensor, paired: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
+    """x [rows, in] W^T (+ bias) in bfloat16, each row summed alike however many rows there are."""
+    return cpu_kernels().linear_bf16(x, paired, bias, out_features)
 
 
 def write_kv(

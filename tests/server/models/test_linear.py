@@ -15,9 +15,16 @@ from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.packed_linear import PackedLinear, packing_supported
+from argosy.server.models.paired_linear import PairedLinear, pairing_supported
 
 PACKING = packing_supported(torch.device("cpu"), torch.bfloat16)
-FORMATS = [Linear, Fp8Linear, pytest.param(PackedLinear, marks=pytest.mark.skipif(not PACKING, reason="no oneDNN"))]
+PAIRING = pairing_supported(torch.device("cpu"), torch.bfloat16)
+FORMATS = [
+    Linear,
+    Fp8Linear,
+    pytest.param(PackedLinear, marks=pytest.mark.skipif(not PACKING, reason="no oneDNN")),
+    pytest.param(PairedLinear, marks=pytest.mark.skipif(not PAIRING, reason="no AVX512-BF16")),
+]
 
 
 class LowRank(nn.Module):
@@ -69,8 +76,14 @@ def test_an_addition_adds_its_term_to_a_layer_of_any_format(cls):
             PackedLinear,
             marks=pytest.mark.skipif(not PACKING, reason="no oneDNN"),
         ),
+        pytest.param(
+            LinearFactory(packed=True, paired=True),
+            PairedLinear,
+            PairedLinear,
+            marks=pytest.mark.skipif(not PAIRING, reason="no AVX512-BF16"),
+        ),
     ],
-    ids=["plain", "fp8", "packed"],
+    ids=["plain", "fp8", "packed", "paired"],
 )
 def test_the_factory_gives_each_layer_its_format(checkpoints, factory, decoder, head):
     model = load_model(ModelConfig.from_folder(checkpoints["llama"]), torch.bfloat16, torch.device("cpu"), 512,
@@ -81,14 +94,27 @@ def test_the_factory_gives_each_layer_its_format(checkpoints, factory, decoder, 
     assert type(model.lm_head) is head
 
 
-@pytest.mark.skipif(not PACKING, reason="no oneDNN")
-def test_a_packed_model_with_tied_embeddings_gets_a_packed_head_of_them(tmp_path):
+@pytest.mark.parametrize(
+    "factory, head",
+    [
+        pytest.param(
+            LinearFactory(packed=True), PackedLinear, marks=pytest.mark.skipif(not PACKING, reason="no oneDNN")
+        ),
+        pytest.param(
+            LinearFactory(packed=True, paired=True),
+            PairedLinear,
+            marks=pytest.mark.skipif(not PAIRING, reason="no AVX512-BF16"),
+        ),
+    ],
+    ids=["packed", "paired"],
+)
+def test_a_model_with_tied_embeddings_gets_a_head_of_them_in_its_format(tmp_path, factory, head):
     from tests.checkpoints import build_checkpoint
 
     cfg = ModelConfig.from_folder(build_checkpoint(tmp_path / "tied", "qwen2", tie_word_embeddings=True))
     cpu = torch.device("cpu")
-    packed = load_model(cfg, torch.bfloat16, cpu, 512, TorchAttention(), LinearFactory(packed=True))
+    formatted = load_model(cfg, torch.bfloat16, cpu, 512, TorchAttention(), factory)
     plain = load_model(cfg, torch.bfloat16, cpu, 512, TorchAttention())
-    assert isinstance(packed.lm_head, PackedLinear) and plain.lm_head is None
+    assert type(formatted.lm_head) is head and plain.lm_head is None
     hidden = torch.randn(4, cfg.hidden_size).bfloat16()
-    assert torch.equal(packed.compute_logits(hidden), plain.compute_logits(hidden))
+    assert torch.equal(formatted.compute_logits(hidden), head.from_weight(plain.embed_tokens.weight)(hidden))
