@@ -12,7 +12,10 @@ CPU chunk kernel beside PyTorch's fused attention (the path before it). Decode: 
 prompt decoding 128 tokens alone; the time per step (after the first token)
 against the weights' bytes, those a step reads (every linear layer, the LM head, the norms;
 one embedding row), over the bandwidth of the fastest of a copy and a sum of a tensor 16x the
-processor's last-level cache. Best of --repeats each."""
+processor's last-level cache. Best of --repeats each. Last, the decoder's and head's products
+alone at 1, 5 (a speculative step's verification at k = 4) and 16 rows, Argosy's paired
+bfloat16 kernel beside oneDNN's packed products, over weights of the model's shapes, each
+layer its own (so they come from memory, as in a step)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import time
 import torch
 
 from argosy import LLM, SamplingParams
+from argosy.kernels import cpu_kernels
 from argosy.kernels.kv_cache_ops import write_kv
 from argosy.kernels.paged_attention import build_metadata, paged_attention
 from argosy.server.models.linear import Linear
@@ -75,6 +79,28 @@ def attention_ms(cfg: ModelConfig, dtype: torch.dtype, n: int, use_cpu_kernels: 
         paged_attention(q, k_cache, v_cache, meta, cfg.head_dim**-0.5, k, v)
         best = min(best, time.perf_counter() - start)
     return best * 1e3
+
+
+def product_ms(model: torch.nn.Module, rows: int, repeats: int) -> tuple[float, float]:
+    """(paired kernel, oneDNN) ms for one pass over products of the model's linear shapes."""
+    shapes = [(m.out_features, m.in_features) for m in model.modules() if isinstance(m, Linear)]
+    weights = [torch.randn(n, k).bfloat16() for n, k in shapes]
+    paired = [cpu_kernels.pair_weight(w) for w in weights]
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w, None) for w in weights]
+    xs = {k: torch.randn(rows, k).bfloat16() for _, k in shapes}
+    passes = {
+        "paired": lambda: [cpu_kernels.paired_linear(xs[k], w, None, n) for (n, k), w in zip(shapes, paired)],
+        "onednn": lambda: [
+            torch.ops.mkldnn._linear_pointwise(xs[k], w, None, "none", [], "") for (_, k), w in zip(shapes, packed)
+        ],
+    }
+    best = dict.fromkeys(passes, float("inf"))
+    for _ in range(repeats + 1):  # the two take turns, so drift in the machine hits both
+        for name, run in passes.items():
+            start = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best["paired"] * 1e3, best["onednn"] * 1e3
 
 
 def main() -> None:
@@ -133,6 +159,13 @@ def main() -> None:
     print(f"| time to read the weights once | {floor * 1e3:.2f} ms |")
     print(f"| decode step | {step * 1e3:.2f} ms |")
     print(f"| step / weights-read time | {step / floor:.2f}x |")
+
+    if runner.dtype == torch.bfloat16 and cpu_kernels.paired_linear_supported():
+        print("\n| rows | products: paired kernel ms | oneDNN packed ms | speed-up | paired GB/s |")
+        print("|---:|---:|---:|---:|---:|")
+        for rows in (1, 5, 16):
+            paired, onednn = product_ms(runner.model, rows, args.repeats)
+            print(f"| {rows} | {paired:.2f} | {onednn:.2f} | {onednn / paired:.2f}x | {read / paired / 1e6:.0f} |")
 
 
 def timed(llm: LLM, prompt: dict, params: SamplingParams) -> float:
