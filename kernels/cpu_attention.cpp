@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "cpu_bf16.h"
+#include "cpu_vector_math.h"
 #include "cpu_device.h"
 
 namespace {
@@ -93,11 +95,29 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
 }
 
 #if defined(__AVX512BF16__)
+// 2^(s - max s) over n floats in place; returns their sum.
+inline float exp2_sum(float* s, int64_t n) {
+  __m512 peak = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), sum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 lanes = n - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - t)) - 1);
+    peak = _mm512_mask_max_ps(peak, lanes, peak, _mm512_maskz_loadu_ps(lanes, s + t));
+  }
+  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(peak));
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 lanes = n - t >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - t)) - 1);
+    const __m512 p = argosy_vec::exp2_16(_mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, s + t), top));
+    _mm512_mask_storeu_ps(s + t, lanes, p);
+    sum = _mm512_mask_add_ps(sum, lanes, sum, p);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 // The same for bfloat16 on CPUs with AVX512-BF16, one task per sequence: each cache row (every KV
-// head of one token, contiguous) is read once, in order, for all the query heads; q . k in
-// `dpbf16` (bfloat16 pairs multiplied exactly, summed in float32), softmax in float32, p * v in
-// float32 after widening v. Reading whole rows in order lets the hardware prefetcher stream the
-// blocks, which is what bounds this kernel once the cache outgrows the processor's caches.
+// head of one token, contiguous) is read in order, for all the query heads; q . k in `dpbf16`
+// (bfloat16 pairs multiplied exactly, summed in float32) for 16 keys at a time, their sums
+// reduced together; softmax in float32 (2^x by exp2_16), p * v in float32 after widening v.
+// Reading whole rows in order lets the hardware prefetcher stream the blocks, which is what
+// bounds this kernel once the cache outgrows the processor's caches.
 template <int64_t D>
 void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                  const at::Tensor& q_index, const at::Tensor& block_tables, const at::Tensor& seq_lens,
@@ -115,7 +135,7 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t token_stride = kv_heads * D, block_stride = block_size * token_stride;
-  const float fscale = static_cast<float>(scale);
+  const float scale2 = static_cast<float>(scale * M_LOG2E);  // scores in base 2: exp(x) = 2^(x log2 e)
   at::parallel_for(0, num_seqs, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, inv(num_heads);
     std::vector<__m512> acc(num_heads * kFloats);  // each query head's output, in float32
@@ -143,22 +163,31 @@ void decode_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
           }
         }
       };
-      for_each_slot(kp, [&](int64_t t, const uint16_t* krow) {
-        for (int64_t h = 0; h < kv_heads; ++h) {
-          __m512bh kv[kPairs];
-          for (int64_t i = 0; i < kPairs; ++i) kv[i] = (__m512bh)_mm512_loadu_si512(krow + h * D + 32 * i);
-          for (int64_t g = 0; g < group; ++g) {
-            const uint16_t* qh = q_row + (h * group + g) * D;
-            __m512 a = _mm512_setzero_ps();
-            for (int64_t i = 0; i < kPairs; ++i) a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(qh + 32 * i), kv[i]);
-            scores[(h * group + g) * len + t] = _mm512_reduce_add_ps(a) * fscale;
+      // q . k for up to 16 keys of one block at a time, their 16 sums reduced together.
+      for (int64_t first = 0, b = 0; first < len; first += block_size, ++b) {
+        const uint16_t* block = kp + table[b] * block_stride;
+        if (first + block_size < len)
+          _mm_prefetch(reinterpret_cast<const char*>(kp + table[b + 1] * block_stride), _MM_HINT_T0);
+        for (int64_t t0 = first; t0 < std::min(len, first + block_size); t0 += 16) {
+          const int64_t count = std::min<int64_t>({16, len - t0, first + block_size - t0});
+          const uint16_t* keys = block + (t0 - first) * token_stride;
+          for (int64_t hg = 0; hg < num_heads; ++hg) {
+            const uint16_t* kh = keys + (hg / group) * D;
+            __m512bh query[kPairs];
+            for (int64_t i = 0; i < kPairs; ++i) query[i] = (__m512bh)_mm512_loadu_si512(q_row + hg * D + 32 * i);
+            __m512 dots[16];
+            for (int64_t j = 0; j < 16; ++j) {
+              dots[j] = _mm512_setzero_ps();
+              if (j < count)
+                for (int64_t i = 0; i < kPairs; ++i)
+                  dots[j] = _mm512_dpbf16_ps(dots[j], query[i], (__m512bh)_mm512_loadu_si512(kh + j * token_stride + 32 * i));
+            }
+            _mm512_mask_storeu_ps(scores.data() + hg * len + t0, static_cast<__mmask16>((1u << count) - 1),
+                                  _mm512_mul_ps(argosy_vec::sum16(dots), _mm512_set1_ps(scale2)));
           }
         }
-      });
-      for (int64_t hg = 0; hg < num_heads; ++hg) {
-        float* s = scores.data() + hg * len;
-        inv[hg] = 1.f / exp_sum(s, len, *std::max_element(s, s + len));
       }
+      for (int64_t hg = 0; hg < num_heads; ++hg) inv[hg] = 1.f / exp2_sum(scores.data() + hg * len, len);
       for (auto& a : acc) a = _mm512_setzero_ps();
       for_each_slot(vp, [&](int64_t t, const uint16_t* vrow) {
         for (int64_t h = 0; h < kv_heads; ++h) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_bf16.h"
+#include "cpu_vector_math.h"
 #include "cpu_device.h"
 
 namespace {
@@ -147,23 +148,6 @@ void chunks_generic(const at::Tensor& q, const at::Tensor& k_cache, const at::Te
 }
 
 #if defined(__AVX512BF16__)
-// 2^x for 16 floats: x = n + f with f in [-0.5, 0.5], 2^f by its Taylor series to the 5th
-// power (relative error under 3e-6, far below bfloat16's 4e-3, which P is rounded to), scaled by
-// 2^n exactly. Below -200 the result is 0: a masked key (-inf) weighs exactly nothing.
-inline __m512 exp2_16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  // (ln 2)^k / k!
-  __m512 p = _mm512_set1_ps(1.3333558146428443e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
-
 // Lanes 2i and 2i + 1 of the result: lane i of a's and of b's first (or second) 16 bfloat16.
 inline __m512i interleave_bf16(__m512i a, __m512i b, bool second) {
   alignas(64) static const int16_t kFirst[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
@@ -274,10 +258,10 @@ void chunks_bf16(const at::Tensor& q, const at::Tensor& k_cache, const at::Tenso
           }
           const __m512 scale2 = _mm512_set1_ps(log2_scale), old_peak = _mm512_load_ps(top + r0);
           const __m512 peak = _mm512_max_ps(old_peak, _mm512_mul_ps(raw_peak, scale2));
-          const __m512 corr = exp2_16(_mm512_sub_ps(old_peak, peak));
+          const __m512 corr = argosy_vec::exp2_16(_mm512_sub_ps(old_peak, peak));
           __m512 sum = _mm512_setzero_ps();
           for (int64_t j = 0; j < kKeys; ++j) {
-            s[j] = exp2_16(_mm512_fmsub_ps(s[j], scale2, peak));
+            s[j] = argosy_vec::exp2_16(_mm512_fmsub_ps(s[j], scale2, peak));
             sum = _mm512_add_ps(sum, s[j]);
           }
           _mm512_store_ps(top + r0, peak);

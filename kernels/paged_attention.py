@@ -10,8 +10,11 @@ into tiles of up to 64. Tiles of a kind are batched into one matmul, so there is
 loop over sequences or layers; the tile plan is built once per step and reused by every layer.
 
 On CPU the C++ kernels read the cache in place instead: the decodes cpu_attention.cpp's
-(`DecodeRows`), every query of several tokens cpu_chunk_attention.cpp's (`ChunkRows`); the tiles
-here stay the reference they are tested against.
+(`DecodeRows`), every query of several tokens cpu_chunk_attention.cpp's (`ChunkRows`), and so
+does a step of one sequence, its one token included: one stream's decodes then get exactly the
+arithmetic its speculative verifications get, as the chunk kernel's rows do not depend on each
+other (it is as fast as the decode kernel on one sequence). The tiles here stay the reference
+they are tested against.
 """
 
 from __future__ import annotations
@@ -87,8 +90,10 @@ def build_metadata(
         fresh_idx = is_fresh.nonzero().flatten()
         fresh = list(zip(query_start_loc[fresh_idx].tolist(), q_lens[fresh_idx].tolist()))
         tiled_prefill &= ~is_fresh
+    if use_cpu_kernels and len(q_lens) == 1 and not fresh:  # one stream: the chunk kernel (see above)
+        tiled_prefill = q_lens > 0
     for decode in (True, False):  # tiles of one query for decodes, of up to PREFILL_TILE for prefills
-        idx = (q_lens == 1 if decode else tiled_prefill).nonzero().flatten()
+        idx = ((q_lens == 1) & ~tiled_prefill if decode else tiled_prefill).nonzero().flatten()
         if not idx.numel():
             continue
         if use_cpu_kernels and decode:

@@ -1,5 +1,6 @@
 """The CPU attention kernels against the pure-PyTorch reference (and plain attention): mixed
-batches of decodes and prefill chunks, GQA, any block size, float32 and bfloat16."""
+batches of decodes and prefill chunks, GQA, any block size, float32 and bfloat16; and one
+stream's step on the chunk kernel, each of its rows exactly as that position's lone decode."""
 
 from __future__ import annotations
 
@@ -40,6 +41,28 @@ def test_the_cpu_kernels_match_the_reference_on_mixed_batches(heads, kv_heads, h
     tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
     torch.testing.assert_close(kernel.float(), b.expected, **tol)
     torch.testing.assert_close(kernel, reference, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("shape", [(37, 5), (200, 16), (0, 3), (130, 1)])
+def test_one_stream_takes_the_chunk_kernel_whose_rows_are_each_exactly_a_lone_decode(dtype, head_dim, shape):
+    """A step of one sequence (a decode, or a speculative step's verification of several
+    positions) is attended by the chunk kernel, and each of its rows comes out exactly as that
+    position alone, as the one decode of its step: verified tokens get plain decoding's arithmetic."""
+    torch.manual_seed(1)
+    b = paged_batch([shape], 8, 2, head_dim, 16, dtype)
+    meta = build_metadata(b.slot_mapping, b.query_start_loc, b.seq_lens, b.block_tables, 16, use_cpu_kernels=True)
+    assert meta.chunks is not None and meta.decodes is None
+    scale = head_dim**-0.5
+    together = paged_attention(b.q, b.k_cache, b.v_cache, meta, scale)
+    torch.testing.assert_close(together.float(), b.expected, atol=2e-2, rtol=2e-2)
+    cached, n = shape
+    for i in range(n):
+        row = slice(i, i + 1)
+        alone = build_metadata(b.slot_mapping[row], torch.tensor([0, 1]), torch.tensor([cached + i + 1]),
+                               b.block_tables, 16, use_cpu_kernels=True)  # fmt: skip
+        assert torch.equal(paged_attention(b.q[row], b.k_cache, b.v_cache, alone, scale), together[row])
 
 
 def test_argosy_cpu_kernels_0_keeps_decodes_on_the_reference(monkeypatch):
