@@ -11,7 +11,14 @@ from argosy.operator.adapters_config import ADAPTERS_MOUNT, adapters_file_path, 
 from argosy.operator.kinds import DEPLOYMENT
 from argosy.operator.labels import labels, manifest, selector_labels
 from argosy.operator.owner import Owner
-from argosy.operator.spec import MODEL_MOUNT, InferenceServiceSpec, LoRASpec, engine_flags, serve_flags
+from argosy.operator.spec import (
+    MODEL_MOUNT,
+    InferenceServiceSpec,
+    LoRASpec,
+    SpeculativeSpec,
+    engine_flags,
+    serve_flags,
+)
 from argosy.server.interface import API_KEY_ENV, CACHE_ENV, HEALTH_PATH, LIVE_PATH, METRICS_PATH, SERVER_PORT
 
 RUN_AS_USER = 10001
@@ -53,6 +60,8 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
                 args.append(flag if value else flag.replace("--", "--no-", 1))
             elif isinstance(value, list):  # a repeatable flag
                 args += [arg for item in value for arg in (flag, str(item))]
+            elif isinstance(value, SpeculativeSpec):
+                args += [flag, value.flag_value()]
             else:
                 args += [flag, str(value)]
     return args

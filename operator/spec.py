@@ -7,6 +7,7 @@ the fields they constrain. Engine settings take the server's own defaults and fl
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
@@ -81,9 +82,10 @@ def model_name_field(description: str) -> Any:
     return Field(min_length=1, max_length=128, pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$", description=description)
 
 
-def relative_path_field(field_path: str, description: str) -> Any:
+def relative_path_field(field_path: str, description: str, default: Any = ...) -> Any:
     """A folder inside the model volume: relative, never above its root."""
     return Field(
+        default,
         min_length=1,
         max_length=512,
         json_schema_extra=rules(
@@ -124,6 +126,55 @@ class ModelSpec(KubeModel):
     nodeSelector: dict[str, str] = Field(
         default_factory=dict, description="Labels of the nodes that hold this checkpoint."
     )
+
+
+class SpeculativeSpec(KubeModel):
+    """Speculative decoding (--speculative-config): drafts of the next tokens, verified in one step
+    with nothing lost (greedy tokens and sampled distributions as without). Pays at low load."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "(self.method == 'draft_model') == has(self.model)",
+                "spec.engine.speculativeConfig.model is needed with method draft_model, and only with it",
+                ".model",
+            ),
+            cel(
+                "!has(self.promptLookupMin) || !has(self.promptLookupMax) || "
+                "self.promptLookupMin <= self.promptLookupMax",
+                "spec.engine.speculativeConfig.promptLookupMin must not exceed promptLookupMax",
+                ".promptLookupMin",
+            ),
+        )
+    )
+
+    method: Literal["ngram", "draft_model"] = Field(
+        description="ngram: prompt lookup (the tokens after an earlier occurrence of the latest ones); "
+        "draft_model: a smaller checkpoint of the same vocabulary."
+    )
+    numSpeculativeTokens: int = Field(ge=1, le=16, description="Tokens proposed, and verified, per step.")
+    promptLookupMin: int | None = Field(None, ge=1, le=64, description="ngram: the shortest match; default 5.")
+    promptLookupMax: int | None = Field(None, ge=1, le=64, description="ngram: the longest match, tried first.")
+    model: str | None = relative_path_field(
+        "spec.engine.speculativeConfig.model",
+        "draft_model: the draft checkpoint's folder relative to the model volume's root.",
+        default=None,
+    )
+    disableByBatchSize: int | None = Field(
+        None, ge=1, description="No speculation while more sequences than this run; default 16."
+    )
+
+    def flag_value(self) -> str:
+        """The JSON `argosy serve --speculative-config` takes, the draft's folder where it is mounted."""
+        config = {
+            "method": self.method,
+            "num_speculative_tokens": self.numSpeculativeTokens,
+            "prompt_lookup_min": self.promptLookupMin,
+            "prompt_lookup_max": self.promptLookupMax,
+            "model": None if self.model is None else f"{MODEL_MOUNT}/{self.model}",
+            "disable_by_batch_size": self.disableByBatchSize,
+        }
+        return json.dumps({key: value for key, value in config.items() if value is not None})
 
 
 class EngineSpec(KubeModel):
@@ -235,6 +286,9 @@ class EngineSpec(KubeModel):
             "fail and the pod's server exits, so that the kubelet restarts it. Keep it above the longest step "
             "(argosy_engine_step_duration_seconds): a prefill of maxNumBatchedTokens on the slowest node."
         ),
+    )
+    speculativeConfig: SpeculativeSpec | None = serve_setting(
+        "speculative_config", description="Speculative decoding (--speculative-config); default: none."
     )
     apiKeySecretRef: SecretKeyRef | None = Field(
         None, description=("Secret key holding the API key clients must send as a bearer token.")

@@ -59,12 +59,17 @@ SPECS = {
             "maxWaitingRequests": 64,
             "shutdownTimeoutSeconds": 120,
             "engineStepTimeoutSeconds": 300,
+            "speculativeConfig": {"method": "draft_model", "numSpeculativeTokens": 4, "model": "llama-3.2-1b"},
             "apiKeySecretRef": {"name": "llm-keys", "key": "api-key"},
         },
     },
     "cpu-node": {
         "model": MODEL,
-        "engine": {"kvCacheMemory": 4294967296, "dtype": "float32"},
+        "engine": {
+            "kvCacheMemory": 4294967296,
+            "dtype": "float32",
+            "speculativeConfig": {"method": "ngram", "numSpeculativeTokens": 3, "promptLookupMax": 4},
+        },
         "resources": {"requests": {"cpu": "8", "memory": "16Gi"}},
     },
     "scheduling": {

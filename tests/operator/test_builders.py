@@ -15,10 +15,11 @@ from argosy.operator.owner import Owner
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
 from argosy.operator.service import build_pdb, build_service
-from argosy.operator.spec import EngineSpec, InferenceServiceSpec, engine_flags
+from argosy.operator.spec import EngineSpec, InferenceServiceSpec, SpeculativeSpec, engine_flags
 from argosy.server.api.serve_command import add_serve_args, server_config
 from argosy.server.engine_config import EngineConfig
 from argosy.server.lora.config_file import parse_adapters
+from argosy.server.spec_decode.config import SpeculativeConfig
 from tests.operator.crd_schema import ADD_ON_CRDS, add_on_rejections, admit
 from tests.operator.specs import SPECS
 
@@ -206,7 +207,33 @@ def test_every_engine_setting_reaches_argosy_serve(name):
     flags = engine_flags()
     assert set(EngineSpec.model_fields) - set(flags) == {"apiKeySecretRef"}  # an env variable, not a flag
     for field, flag in flags.items():
-        assert getattr(parsed, flag[2:].replace("-", "_")) == getattr(spec.engine, field), field
+        value = getattr(spec.engine, field)
+        expected = value.flag_value() if isinstance(value, SpeculativeSpec) else value
+        assert getattr(parsed, flag[2:].replace("-", "_")) == expected, field
+
+
+@pytest.mark.parametrize("name", ["tuned-engine", "cpu-node"])
+def test_speculative_decoding_reaches_the_engine_with_the_draft_where_it_is_mounted(name):
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    config = server_config(parser.parse_args(server_args(spec_of(name))[1:]))
+    speculative = SpeculativeConfig.parse(config.engine.speculative_config)
+    if name == "tuned-engine":
+        assert (speculative.method, speculative.num_speculative_tokens, speculative.model) == (
+            "draft_model",
+            4,
+            "/models/llama-3.2-1b",
+        )
+    else:
+        assert (speculative.method, speculative.num_speculative_tokens, speculative.prompt_lookup_max) == (
+            "ngram",
+            3,
+            4,
+        )
+        assert (
+            speculative.disable_by_batch_size
+            == SpeculativeConfig.parse({"method": "ngram", "num_speculative_tokens": 3}).disable_by_batch_size
+        )  # the server's default
 
 
 def test_engine_defaults_are_the_servers():

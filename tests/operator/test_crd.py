@@ -113,7 +113,19 @@ BAD = [
     (with_("adapters", [{"name": "a"}]), ["spec.adapters.0", "path", "required"]),
     (with_("lora", {"maxLoras": 4, "maxCpuLoras": 2}), ["spec.lora.maxCpuLoras", "at least"]),
     (with_("lora", {"maxLoraRank": 0}), ["spec.lora.maxLoraRank", "minimum"]),
-]
+    (with_("engine.speculativeConfig", {"method": "draft_model", "numSpeculativeTokens": 4}), [
+        "spec.engine.speculativeConfig.model", "draft_model"]),
+    (with_("engine.speculativeConfig", {"method": "ngram", "numSpeculativeTokens": 4, "model": "d"}), [
+        "spec.engine.speculativeConfig.model", "only with it"]),
+    (with_("engine.speculativeConfig", {"method": "ngram", "numSpeculativeTokens": 4, "promptLookupMin": 5,
+                                        "promptLookupMax": 2}), ["spec.engine.speculativeConfig.promptLookupMin"]),
+    (with_("engine.speculativeConfig", {"method": "medusa", "numSpeculativeTokens": 4}), [
+        "spec.engine.speculativeConfig.method"]),
+    (with_("engine.speculativeConfig", {"method": "ngram", "numSpeculativeTokens": 0}), [
+        "spec.engine.speculativeConfig.numSpeculativeTokens", "minimum"]),
+    (with_("engine.speculativeConfig", {"method": "draft_model", "numSpeculativeTokens": 4, "model": "../d"}), [
+        "spec.engine.speculativeConfig.model", "'..'"]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["8b-chat", "llama-3.1-8b", "Llama", "a" * 47, "ends-"])
@@ -140,7 +152,7 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 12
+    assert len(rules) == 15
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]
