@@ -15,15 +15,14 @@ import argparse
 import asyncio
 import json
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from itertools import pairwise
 
 import httpx
+from servers import free_port, running
 
 from argosy import LLM, SamplingParams
 
@@ -104,20 +103,9 @@ async def run_online(url: str, prompts: list[list[int]], concurrency: int, max_t
     return level
 
 
-def start_server(port: int, max_num_seqs: int) -> subprocess.Popen:
+def server_command(port: int, max_num_seqs: int) -> list[str]:
     command = [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
-    server_flags = [*command, "--max-num-seqs", str(max_num_seqs)]
-    proc = subprocess.Popen(server_flags, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise RuntimeError("the server did not start")
+    return [*command, "--max-num-seqs", str(max_num_seqs)]
 
 
 def pct(values: list[float], q: int) -> float:
@@ -167,16 +155,10 @@ def main() -> None:
     run_offline(llm, prompt_sets[0][:2], 2, 4)  # warm-up
     offline = [run_offline(llm, p, c, args.max_tokens) for p, c in zip(prompt_sets, args.concurrency)]
     del llm
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc, url = start_server(port, max_seqs), f"http://127.0.0.1:{port}"
-    try:
+    port = free_port()
+    with running(server_command(port, max_seqs), port) as url:
         asyncio.run(run_online(url, prompt_sets[0][:2], 2, 4))  # warm-up
         online = [asyncio.run(run_online(url, p, c, args.max_tokens)) for p, c in zip(prompt_sets, args.concurrency)]
-    finally:
-        proc.terminate()
-        proc.wait(60)
     print(f"\n{args.prompt_tokens} prompt tokens and {args.max_tokens} output tokens per request, default model")
     print("| concurrency | requests | system | output tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |")
     print("|--:|--:|---|--:|--:|--:|--:|--:|")
