@@ -124,7 +124,7 @@ def step_rows(shape, device, dtype, batches, context, iters, backend_name) -> No
             model = None  # the unquantized weights go before the quantized model is made
             model = random_model(shape, dtype, device, backend, max_len, LinearFactory(quantization="fp8"))
             fp8_error = fp8_product_error(model.layers[0].mlp.gate_up_proj, cfg.hidden_size, device, dtype)
-        graphs = DecodeGraphs(model, backend, batches, blocks_per_seq, BLOCK_SIZE, max_len, device)
+        graphs = DecodeGraphs(model, backend, [(b, 1) for b in batches], blocks_per_seq, BLOCK_SIZE, max_len, device)
         graphs.capture(kv_cache, num_blocks)
         gib = linear_weight_bytes(model) / (1 << 30)
         for batch in batches:

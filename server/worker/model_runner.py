@@ -21,8 +21,9 @@ from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.weight_swap import check_same_tensors, copy_weights, stage_checkpoint
+from argosy.server.spec_decode.config import SpeculativeConfig
 from argosy.server.worker.block_tables import BlockTables
-from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_sizes, graphs_enabled
+from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_shapes, capture_sizes, graphs_enabled
 from argosy.server.worker.startup_report import tensor_bytes
 from argosy.server.worker.step_inputs import ModelInputs, SequenceChunk, prepare_inputs
 
@@ -69,7 +70,10 @@ class ModelRunner:
             self.graphs = DecodeGraphs(
                 self.model,
                 self.backend,
-                capture_sizes(config.cuda_graph_sizes, config.max_num_seqs),
+                capture_shapes(
+                    capture_sizes(config.cuda_graph_sizes, config.max_num_seqs),
+                    SpeculativeConfig.parse(config.speculative_config),
+                ),
                 -(-self.max_model_len // self.block_size),
                 self.block_size,
                 self.max_model_len,
@@ -194,9 +198,7 @@ class ModelRunner:
                 self.kv_cache, torch.tensor(src, device=self.device), torch.tensor(dst, device=self.device)
             )
         if self.graphs is not None and self.graphs.fits(chunks):
-            hidden = self.graphs.run(chunks, tables)
-            rows = torch.tensor([i for i, c in enumerate(chunks) if c.sample], dtype=torch.long, device=self.device)
-            return self.model.compute_logits(hidden[rows])
+            return self.model.compute_logits(self.graphs.run(chunks, tables))
         order = _by_adapter(chunks) if self.lora is not None else None
         ordered = chunks if order is None else [chunks[i] for i in order]
         inputs = prepare_inputs(ordered, self.block_size, self.device, self.backend, tables)
@@ -218,7 +220,7 @@ class ModelRunner:
     def profile_peak_bytes(self, num_tokens: int, num_logits: int) -> int | None:
         """Runs the largest step the scheduler can produce, a prefill of num_tokens with logits
         for num_logits rows, into a scratch cache, and returns the device's peak memory:
-        weights plus activations, plus (graphs on) the activations of the largest decode batch,
+        weights plus activations, plus (graphs on) the activations of the largest graph,
         which the graphs' memory pool keeps. None on CPU, whose KV cache is sized by bytes
         alone; the passes themselves run anyway."""
         num_blocks = -(-num_tokens // self.block_size)
@@ -234,7 +236,7 @@ class ModelRunner:
             if cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
                 before = torch.cuda.memory_allocated(self.device)
-            self._scratch_decode(self.graphs.sizes[-1])
+            self._scratch_decode(self.graphs.max_tokens)
             if cuda:
                 peak += torch.cuda.max_memory_allocated(self.device) - before
         return peak if cuda else None

@@ -160,45 +160,51 @@ def prepare_inputs(
 
 
 class StaticInputs:
-    """One buffer per field, for up to `max_seqs` decodes (one token each), whose addresses a
-    CUDA graph keeps; each step copies its inputs in and pads the rows up to the graph's size
-    with decodes of the null block (a cache block no sequence owns)."""
+    """One buffer per field, for up to `max_seqs` sequences of `width` new tokens each (1:
+    decodes; k + 1: a speculative step's verifications of k drafts), whose addresses a CUDA graph
+    keeps; each step copies its inputs in and pads the rows up to the graph's size with
+    sequences of the null block (a cache block no sequence owns)."""
 
-    def __init__(self, max_seqs: int, max_blocks_per_seq: int, block_size: int, device: torch.device):
-        self.block_size, self.null_block, self.device = block_size, 0, device
-        shapes = {"token": (max_seqs,), "sequence": (max_seqs,), "table": (max_seqs, max_blocks_per_seq)}
+    def __init__(self, max_seqs: int, max_blocks_per_seq: int, block_size: int, device: torch.device, width: int = 1):
+        self.block_size, self.null_block, self.device, self.width = block_size, 0, device, width
+        shapes = {"token": (max_seqs * width,), "sequence": (max_seqs,), "table": (max_seqs, max_blocks_per_seq)}
         self.buffers = {f.name: torch.zeros(shapes[f.per], dtype=torch.long, device=device) for f in FIELDS}
-        self.query_start_loc = torch.arange(max_seqs + 1, dtype=torch.long, device=device)
+        self.query_start_loc = torch.arange(0, (max_seqs + 1) * width, width, dtype=torch.long, device=device)
 
     def fill(self, host: HostInputs, tables: BlockTables, size: int) -> None:
-        """Copies a decode batch's inputs into the first rows, its block tables gathered from
-        `tables` on the device; rows up to `size` are padding."""
+        """Copies a batch's inputs into the first rows, its block tables gathered from `tables`
+        on the device; rows up to `size` are padding."""
         n = host.num_seqs
         for f in FIELDS:
             if f.per == "table":
                 tables.gather_into(self.buffers[f.name], _int64(host.table_rows).to(self.device, non_blocking=True))
             else:
-                self.buffers[f.name][:n].copy_(_int64(getattr(host, f.name)), non_blocking=True)
+                values = getattr(host, f.name)
+                self.buffers[f.name][: len(values)].copy_(_int64(values), non_blocking=True)
         self.pad(n, size)
 
     def pad(self, start: int, end: int) -> None:
-        """Rows start..end decode the null block's first slot."""
+        """Rows start..end: sequences of `width` tokens in the null block's first slots."""
+        w = self.width
+        null_slots = self.null_block * self.block_size + torch.arange(w, device=self.device) % self.block_size
         values = {
             "zero": 0,
-            "one": 1,
+            "one": w,  # keys: the padding sequence's own tokens
             "none": -1,
-            "null_slot": self.null_block * self.block_size,
+            "null_slot": null_slots.repeat(end - start),
             "null_block": self.null_block,
         }
         for f in FIELDS:
             buffer = self.buffers[f.name]
             if f.per == "table":
-                buffer[start:end, 0] = values[f.pad]
-            else:
                 buffer[start:end] = values[f.pad]
+            else:
+                rows = slice(start * w, end * w) if f.per == "token" else slice(start, end)
+                buffer[rows] = values[f.pad]
 
     def field(self, name: str, size: int) -> torch.Tensor:
-        return self.buffers[name][:size]
+        per = next(f.per for f in FIELDS if f.name == name)
+        return self.buffers[name][: size * self.width if per == "token" else size]
 
     def batch(self, size: int, max_model_len: int) -> AttentionBatch:
         return AttentionBatch(
@@ -207,7 +213,7 @@ class StaticInputs:
             self.field("seq_lens", size),
             self.field("block_tables", size),
             self.block_size,
-            [1] * size,
+            [self.width] * size,
             max_model_len,
         )
 

@@ -65,3 +65,34 @@ def test_graph_buffers_come_from_the_same_fields_and_hold_what_the_eager_inputs_
     pad = {f.name: static.buffers[f.name][3].tolist() for f in FIELDS}
     assert pad == {"input_ids": 0, "positions": 0, "slot_mapping": 11 * BLOCK, "lora_slots": -1, "seq_lens": 1,
                    "block_tables": [11, *static.buffers["block_tables"][3, 1:].tolist()]}  # fmt: skip
+
+
+def test_static_inputs_of_verification_width_hold_each_sequences_tokens_and_pad_with_the_null_block():
+    """Buffers for sequences of 3 new tokens (a speculative step of 2 drafts): a batch copied in
+    holds the eager step's values token for token, and a padding sequence's 3 tokens go to the
+    null block's first 3 slots and see only themselves, even past a block's end."""
+    tables = BlockTables(max_blocks_per_seq=4, device=torch.device("cpu"), rows=2)
+    rows = [tables.add() for _ in range(2)]
+    lists = [[3, 9, 5], [1, 2, 6, 8]]
+    for row, table in zip(rows, lists):
+        tables.change(row, 0, table)
+    tables.flush()
+    chunks = [SequenceChunk([7, 8, 9], 3, lists[0], True, rows[0], num_draft=2),
+              SequenceChunk([4, 5, 6], 5, lists[1], True, rows[1], num_draft=2)]  # fmt: skip
+    static = StaticInputs(max_seqs=4, max_blocks_per_seq=4, block_size=2, device=torch.device("cpu"), width=3)
+    static.null_block = 11
+    host = host_inputs(chunks, 2)
+    static.fill(host, tables, size=4)
+    eager = prepare_inputs(chunks, 2, torch.device("cpu"), TorchAttention(), tables)
+    assert static.field("input_ids", 2).tolist() == eager.input_ids.tolist() == [7, 8, 9, 4, 5, 6]
+    assert static.field("positions", 2).tolist() == eager.positions.tolist()
+    assert static.field("slot_mapping", 2).tolist() == eager.attention.slot_mapping.tolist()
+    assert static.field("seq_lens", 2).tolist() == eager.attention.seq_lens.tolist() == [6, 8]
+    assert host.logits_rows == [0, 1, 2, 3, 4, 5]
+    batch = static.batch(4, 64)
+    assert batch.query_start_loc.tolist() == [0, 3, 6, 9, 12] and batch.q_lens == [3] * 4
+    # Sequences 2 and 3 pad the batch: slots 22, 23, then 22 again (block size 2), 3 keys each.
+    assert static.field("slot_mapping", 4)[6:].tolist() == [22, 23, 22] * 2
+    assert static.field("seq_lens", 4)[2:].tolist() == [3, 3]
+    assert static.field("block_tables", 4)[2:].tolist() == [[11] * 4] * 2
+    assert static.field("lora_slots", 4)[6:].tolist() == [-1] * 6
