@@ -11,7 +11,7 @@ does, so tokens are counted from each response's usage). At concurrency c, c cli
 their next request when the last one ends; the servers take turns, one running at a time.
 
 llama.cpp's server builds from the source package of llama-cpp-python (its vendor/llama.cpp),
-and its converter writes the default model as a GGUF:
+and its converter (it needs `pip install sentencepiece`) writes the default model as a GGUF:
 
     pip download --no-binary :all: --no-deps llama-cpp-python && tar xzf llama_cpp_python-*.tar.gz
     cmake -S llama_cpp_python-*/vendor/llama.cpp -B llama-build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
@@ -73,7 +73,10 @@ async def run_level(url: str, conversations: list[list[dict]], concurrency: int,
     queue, level = list(conversations), Level()
 
     async def client_loop() -> None:
-        async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        # A connection per request: llama.cpp's server closes a streamed response's connection,
+        # which a pooled client would otherwise try again.
+        no_reuse = httpx.Limits(max_keepalive_connections=0)
+        async with httpx.AsyncClient(base_url=url, timeout=600, limits=no_reuse) as client:
             while queue:
                 ttft, tokens = await one_request(client, queue.pop(0), max_tokens)
                 level.ttft.append(ttft)
