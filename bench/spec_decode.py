@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--draft-model", default=None, help="a smaller checkpoint of the same vocabulary")
     parser.add_argument("--draft-layers", type=int, default=4, help="without --draft-model: the target's first N")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16], help="above 16: random prompts only")
     args = parser.parse_args()
     ngram = {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
     draft_path = args.draft_model or str(truncated_checkpoint(args.model, args.draft_layers))
@@ -128,14 +129,16 @@ def main() -> None:
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     workloads = {
         "input-grounded": (grounded_conversations(), True),
-        "random": (random_prompts(engines["none"], 16, 256), False),
+        "random": (random_prompts(engines["none"], max(16, *args.concurrency), 256), False),
     }
     print(f"k={args.k}, max_tokens={args.max_tokens}, greedy; output tokens/s, best of {args.repeats}")
     print(f"{'workload':<15} {'conc':>4} {'method':<17} {'tok/s':>7} {'vs none':>7} {'accept':>7} "
           f"{'mean len':>8} {'identical':>9}")  # fmt: skip
     for name, (prompts, chat) in workloads.items():
-        for concurrency in (1, 16):
-            chosen = prompts[:4] if concurrency == 1 else prompts  # alone, four requests tell enough
+        for concurrency in args.concurrency:
+            if concurrency > len(prompts):
+                continue
+            chosen = prompts[:4] if concurrency == 1 else prompts[: max(16, concurrency)]  # alone, four tell enough
             best = dict.fromkeys(engines, 0.0)
             outputs, before = {}, {m: _counts(llm) for m, llm in engines.items()}
             for _ in range(args.repeats):
