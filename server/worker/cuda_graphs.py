@@ -126,14 +126,14 @@ class DecodeGraphs:
 
     def fits(self, chunks: list[SequenceChunk]) -> bool:
         """Whether a graph runs these chunks: as many as a captured size, all of one captured width."""
-        width = len(chunks[0].token_ids)
+        width = _width(chunks)
         sizes = self.sizes_of.get(width)
         return sizes is not None and len(chunks) <= sizes[-1] and all(len(c.token_ids) == width for c in chunks)
 
     def run(self, chunks: list[SequenceChunk], tables: BlockTables) -> torch.Tensor:
         """The final hidden states of the rows the batch samples (each sampling chunk's last
         token and its drafts), in order; `tables` holds their block tables at their table_row."""
-        width = len(chunks[0].token_ids)
+        width = _width(chunks)
         sizes, inputs = self.sizes_of[width], self.inputs[width]
         size = sizes[bisect.bisect_left(sizes, len(chunks))]
         host = host_inputs(chunks, self.block_size)
@@ -163,3 +163,7 @@ class DecodeGraphs:
         batch = None if lora_runs is None else LoRABatch(inputs.field("lora_slots", size), lora_runs)
         with self.lora.serving(batch):
             return self.model(inputs.field("input_ids", size), inputs.field("positions", size), self.kv_cache, meta)
+
+
+def _width(chunks: list[SequenceChunk]) -> int:
+    return len(chunks[0].token_ids) if chunks else 1

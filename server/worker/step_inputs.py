@@ -170,6 +170,7 @@ class StaticInputs:
         shapes = {"token": (max_seqs * width,), "sequence": (max_seqs,), "table": (max_seqs, max_blocks_per_seq)}
         self.buffers = {f.name: torch.zeros(shapes[f.per], dtype=torch.long, device=device) for f in FIELDS}
         self.query_start_loc = torch.arange(0, (max_seqs + 1) * width, width, dtype=torch.long, device=device)
+        self.slot_offsets = torch.arange(width, dtype=torch.long, device=device) % block_size
 
     def fill(self, host: HostInputs, tables: BlockTables, size: int) -> None:
         """Copies a batch's inputs into the first rows, its block tables gathered from `tables`
@@ -185,22 +186,19 @@ class StaticInputs:
 
     def pad(self, start: int, end: int) -> None:
         """Rows start..end: sequences of `width` tokens in the null block's first slots."""
-        w = self.width
-        null_slots = self.null_block * self.block_size + torch.arange(w, device=self.device) % self.block_size
         values = {
             "zero": 0,
-            "one": w,  # keys: the padding sequence's own tokens
+            "one": self.width,  # keys: the padding sequence's own tokens
             "none": -1,
-            "null_slot": null_slots.repeat(end - start),
+            "null_slot": self.null_block * self.block_size + self.slot_offsets,
             "null_block": self.null_block,
         }
         for f in FIELDS:
             buffer = self.buffers[f.name]
-            if f.per == "table":
-                buffer[start:end] = values[f.pad]
+            if f.per == "token":  # [sequences, width]: each padding sequence's tokens alike
+                buffer[start * self.width : end * self.width].view(-1, self.width)[:] = values[f.pad]
             else:
-                rows = slice(start * w, end * w) if f.per == "token" else slice(start, end)
-                buffer[rows] = values[f.pad]
+                buffer[start:end] = values[f.pad]
 
     def field(self, name: str, size: int) -> torch.Tensor:
         per = next(f.per for f in FIELDS if f.name == name)
