@@ -12,6 +12,7 @@ from typing import Literal
 from argosy.flags import literal_choices, setting
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.scheduling.policy import SchedulingPolicy
 from argosy.server.spec_decode.config import SpeculativeConfig
 
 DEFAULT_BATCHED_TOKENS = 2048
@@ -45,6 +46,11 @@ class EngineConfig:
         None, "longest prompt + output, in tokens; default: the checkpoint's max_position_embeddings"
     )
     max_num_seqs: int = setting(256, "most sequences in one step")
+    scheduling_policy: SchedulingPolicy = setting(
+        "fcfs",
+        "which waiting request runs next: fcfs (by arrival), priority (a request's priority, lower first, aged by "
+        "waiting; may preempt), fair (the user served fewest tokens first)",
+    )
     max_num_batched_tokens: int | None = setting(
         None,
         f"most tokens in one step; default {DEFAULT_BATCHED_TOKENS}, at least max_model_len without chunked prefill",

@@ -35,13 +35,16 @@ class LLM:
         prompts: PromptInput | list[PromptInput],
         sampling_params: SamplingParams | list[SamplingParams] | None = None,
         lora_request: LoRARequest | list[LoRARequest | None] | None = None,
+        priority: list[int] | None = None,
     ) -> list[RequestOutput]:
-        """`lora_request`: the adapter of every prompt, or one per prompt (None: the base model)."""
+        """`lora_request`: the adapter of every prompt, or one per prompt (None: the base model);
+        `priority`: one per prompt, lower first (with scheduling_policy="priority")."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         params = _per_prompt(sampling_params or SamplingParams(), prompts, "sampling_params", "SamplingParams")
         loras = _per_prompt(lora_request, prompts, "lora_request", "LoRARequests")
-        return self._run([_prompt_of(p) for p in prompts], params, loras)
+        priorities = _per_prompt(priority or 0, prompts, "priority", "priorities")
+        return self._run([_prompt_of(p) for p in prompts], params, loras, priorities)
 
     def chat(
         self,
@@ -86,16 +89,20 @@ class LLM:
         return self.engine.core.reset_prefix_cache()
 
     def _run(
-        self, prompts: list[str | list[int]], params: list[SamplingParams], loras: list[LoRARequest | None]
+        self,
+        prompts: list[str | list[int]],
+        params: list[SamplingParams],
+        loras: list[LoRARequest | None],
+        priorities: list[int] | None = None,
     ) -> list[RequestOutput]:
         ids = []
         try:
-            for prompt, p, lora in zip(prompts, params, loras):
+            for prompt, p, lora, priority in zip(prompts, params, loras, priorities or [0] * len(prompts)):
                 ids.append(str(self._next_id))
                 self._next_id += 1
                 # Only the finished outputs are returned: no output is built before then.
                 final = replace(p, output_kind=RequestOutputKind.FINAL_ONLY)
-                self.engine.add_request(ids[-1], prompt, final, lora_request=lora)
+                self.engine.add_request(ids[-1], prompt, final, lora_request=lora, priority=priority)
         except Exception:
             for request_id in ids:  # an invalid prompt leaves nothing of the batch behind
                 self.engine.abort(request_id)

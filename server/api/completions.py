@@ -23,7 +23,9 @@ async def create_completion(
 ) -> Response:
     def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], list[str]]:
         requests = [
-            client.make_request(engine_request_id(request_id, i), prompt, params, lora=lora)
+            client.make_request(
+                engine_request_id(request_id, i), prompt, params, lora=lora, priority=body.priority, user=body.user
+            )
             for i, prompt in enumerate(body.prompts())
         ]
         echoes = [

@@ -83,11 +83,13 @@ class EngineClient:
         params: SamplingParams,
         add_special_tokens: bool = True,
         lora: AdapterRef | None = None,
+        priority: int = 0,
+        user: str | None = None,
     ) -> NewRequest:
         """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas.
         Thread-safe: handlers call it off the event loop, a long prompt takes seconds."""
         delta = replace(params, output_kind=RequestOutputKind.DELTA)
-        return self.inputs.make_request(request_id, prompt, delta, add_special_tokens=add_special_tokens, lora=lora)
+        return self.inputs.make_request(request_id, prompt, delta, add_special_tokens, lora, priority, user)
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """The engine core reads the adapter into host memory (it is served from now on)."""

@@ -40,7 +40,8 @@ class SamplingFields(BaseModel):
     frequency_penalty: float | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    user: str | None = None
+    user: str | None = None  # whose share the request counts against, with --scheduling-policy fair
+    priority: int = 0  # vLLM's: lower runs first, with --scheduling-policy priority (else only 0)
     # vLLM's extra sampling fields
     top_k: int | None = None
     min_p: float | None = None

@@ -22,6 +22,8 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, tag=True):
     params: SamplingParams
     arrival_time: float
     lora: AdapterRef | None = None
+    priority: int = 0  # lower first, with --scheduling-policy priority
+    user: str | None = None  # whose share it counts against, with --scheduling-policy fair
 
 
 class AbortRequests(msgspec.Struct, array_like=True, tag=True):

@@ -70,6 +70,7 @@ class EngineCore:
             config.enable_chunked_prefill,
             self.lora,
             self.speculator,
+            config.scheduling_policy,
         )
         self.planner = StepPlanner(self.scheduler)
         self.requests: dict[str, Request] = {}
@@ -84,7 +85,10 @@ class EngineCore:
             raise InvalidRequestError(f"request id {new.request_id!r} is already in use", param="request_id")
         if self.asleep:
             raise InvalidRequestError("the engine is asleep: wake it up first")
-        request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time, lora=new.lora)
+        request = Request(
+            new.request_id, new.prompt_token_ids, new.params, new.arrival_time, lora=new.lora,
+            priority=new.priority, user=new.user,
+        )  # fmt: skip
         if new.lora is not None:
             if self.lora is None:
                 message = f"adapter {new.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)"

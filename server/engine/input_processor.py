@@ -14,6 +14,7 @@ from argosy.server.lora.request import AdapterRef
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.sampling_params import SamplingParams
+from argosy.server.scheduling.policy import SchedulingPolicy
 from argosy.server.text.tokenizer import Tokenizer
 
 
@@ -41,13 +42,20 @@ class NewRequest:
 
 class InputProcessor:
     def __init__(
-        self, tokenizer: Tokenizer, vocab_size: int, max_model_len: int, max_num_seqs: int, max_logprobs: int = 20
+        self,
+        tokenizer: Tokenizer,
+        vocab_size: int,
+        max_model_len: int,
+        max_num_seqs: int,
+        max_logprobs: int = 20,
+        scheduling_policy: SchedulingPolicy = "fcfs",
     ):
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
         self.max_logprobs = max_logprobs
+        self.scheduling_policy = scheduling_policy
 
     @classmethod
     def for_model(cls, config: EngineConfig) -> InputProcessor:
@@ -57,7 +65,10 @@ class InputProcessor:
         model_config = ModelConfig.from_folder(path)
         limits = resolve_limits(config, model_config)
         tokenizer = Tokenizer(tokenizer_path(config, path))
-        return cls(tokenizer, model_config.vocab_size, limits.max_model_len, config.max_num_seqs, config.max_logprobs)
+        return cls(
+            tokenizer, model_config.vocab_size, limits.max_model_len, config.max_num_seqs, config.max_logprobs,
+            config.scheduling_policy,
+        )  # fmt: skip
 
     def make_request(
         self,
@@ -67,11 +78,20 @@ class InputProcessor:
         arrival_time: float | None = None,
         add_special_tokens: bool = True,
         lora: AdapterRef | None = None,
+        priority: int = 0,
+        user: str | None = None,
     ) -> NewRequest:
         """Raises InvalidRequestError, naming the field, when the request cannot be served.
         A rendered chat prompt has its special tokens already (add_special_tokens=False);
-        `lora`: the adapter it runs with."""
+        `lora`: the adapter it runs with; `priority` and `user`: its place under the priority and
+        fair scheduling policies."""
         params.validate()
+        if priority != 0 and self.scheduling_policy != "priority":
+            raise InvalidRequestError(
+                f"priority {priority} is only served with --scheduling-policy priority (this server schedules "
+                f"{self.scheduling_policy})",
+                param="priority",
+            )
         text = prompt if isinstance(prompt, str) else None
         if text is not None and (fewest := self.tokenizer.fewest_tokens(text)) >= self.max_model_len:
             raise InvalidRequestError(  # certain from its length alone: not worth tokenizing
@@ -81,7 +101,7 @@ class InputProcessor:
             )
         token_ids = self.tokenizer.encode(text, add_special_tokens) if text is not None else list(prompt)
         self._check(token_ids, params)
-        core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic(), lora)
+        core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic(), lora, priority, user)
         return NewRequest(core, text)
 
     def _check(self, token_ids: list[int], params: SamplingParams) -> None:

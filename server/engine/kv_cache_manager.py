@@ -66,6 +66,10 @@ class KVCacheManager:
         needed = -(-(computed + num_new_tokens) // self.block_size) - table_len
         return needed + int(self._shared_block(seq) is not None)
 
+    def can_allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int]) -> bool:
+        """Whether `allocate` would find the blocks (it changes nothing)."""
+        return self.blocks_needed(seq, num_new_tokens, len(cached_blocks)) <= self._available(cached_blocks)
+
     def allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int] | None = None) -> bool:
         """Makes room for the next `num_new_tokens` tokens of `seq`, first adopting
         `cached_blocks` (a prefix hit for a sequence with no blocks yet). Returns False,
@@ -75,7 +79,7 @@ class KVCacheManager:
         if fits and not cached_blocks and self._shared_block(seq) is None:
             return True
         cached_blocks = cached_blocks or []
-        if self.blocks_needed(seq, num_new_tokens, len(cached_blocks)) > self._available(cached_blocks):
+        if not self.can_allocate(seq, num_new_tokens, cached_blocks):
             return False
         if cached_blocks:
             self.pool.share(cached_blocks)

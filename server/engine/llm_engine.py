@@ -46,11 +46,12 @@ class LLMEngine:
         params: SamplingParams,
         arrival_time: float | None = None,
         lora_request: LoRARequest | None = None,
+        priority: int = 0,
     ) -> None:
         """Queues a prompt (text, or token ids). Raises InvalidRequestError, with nothing
         allocated, when the request cannot be served."""
         lora = self.adapter_for(lora_request)
-        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, lora=lora))
+        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, lora=lora, priority=priority))
 
     def adapter_for(self, lora_request: LoRARequest | None) -> AdapterRef | None:
         """The adapter a LoRARequest names, registered at its first use (or when its folder

@@ -1,7 +1,10 @@
 """Scheduler: iteration-level batching. Every step, running sequences continue (a decode
-token, or the next chunk of a long prompt) and waiting ones join, first come first served,
-under a token budget and a sequence cap. When blocks run out, the most recently admitted
-running sequence is preempted: its blocks are freed and it is recomputed later. With LoRA, a
+token, or the next chunk of a long prompt) and waiting ones join in the order of the scheduling
+policy (server/scheduling: first come first served, priorities, fair shares), under a token
+budget and a sequence cap. When blocks run out, the running sequence furthest back in that
+order (the most recently admitted, first come first served) is preempted: its blocks are freed,
+it is recomputed later, and it keeps its place in the queue. Under the priority policy a
+waiting request also preempts running ones behind it when it cannot be admitted. With LoRA, a
 waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
 its place, until one idles; the ones behind it may go first. So is a sequence whose grammar is
 still compiling. With speculative decoding, a running decode computes its last token and the
@@ -11,12 +14,15 @@ when free; unkept, they go back with the refused drafts' slots."""
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.sequence import Sequence, SequenceStatus
 from argosy.server.lora.manager import LoRAManager
+from argosy.server.scheduling.policy import MIN_RUN_STEPS, SchedulingPolicy
+from argosy.server.scheduling.waiting_queue import FairQueue, WaitingQueue
 from argosy.server.spec_decode.speculator import Speculator
 
 
@@ -51,6 +57,7 @@ class Scheduler:
         enable_chunked_prefill: bool,
         adapters: LoRAManager | None = None,
         speculator: Speculator | None = None,
+        policy: SchedulingPolicy = "fcfs",
     ):
         self.kv = kv
         self.adapters = adapters
@@ -58,22 +65,36 @@ class Scheduler:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
-        self.waiting: deque[Sequence] = deque()
+        self.policy = policy
+        self.waiting = FairQueue() if policy == "fair" else WaitingQueue(policy)
         self.running: list[Sequence] = []
-        self.num_preemptions = 0
+        self.steps = 0  # schedules made: the clock of priority aging and of MIN_RUN_STEPS
+        self._arrivals = itertools.count()
+        self.preemptions = {"memory": 0, "priority": 0}  # by cause
         self._finished: list[int] = []  # ids of the sequences finished since the last take
 
+    @property
+    def num_preemptions(self) -> int:
+        return sum(self.preemptions.values())
+
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        """A new request's sequence: its place is fixed now."""
+        seq.request.arrival_no, seq.request.arrival_step = next(self._arrivals), self.steps
+        self.waiting.add(seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
+        self.steps += 1
+        if self.policy == "priority":
+            self._preempt_for_priority(out)
         budget = self.max_num_batched_tokens
-        queue = deque(self.running)
+        # Victims are taken from the back: under priorities, the running sequence furthest behind.
+        queue = deque(sorted(self.running, key=self.waiting.place) if self.policy == "priority" else self.running)
         speculating = self.speculator is not None and self.speculator.active(len(self.running))
+        memory_short = False
         while queue and budget > 0:
             seq = queue.popleft()
             num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
@@ -89,32 +110,30 @@ class Scheduler:
                     continue
             while not self.kv.allocate(seq, num_new):
                 victim = queue.pop() if queue else seq
-                self._preempt(victim)
+                self._preempt(victim, "memory")
                 out.preempted.append(victim)
+                memory_short = True
                 if victim is seq:
                     break
             else:
                 out.scheduled.append(ScheduledSequence(seq, num_new))
                 budget -= num_new
-        if not out.preempted:
+        if not memory_short:
             budget = self._admit(out, budget)
         out.blocks_to_copy = self.kv.take_pending_copies()
+        for item in out.scheduled:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            prompt = max(0, min(start + item.num_new_tokens, seq.num_prompt_tokens) - start)
+            self.waiting.charge(seq, prompt, item.num_new_tokens - prompt)
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
-        if not self.waiting:
-            return budget
         # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
         reserved = sum(seq.request.num_pending_forks for seq in self.running)
-        passed_over: list[Sequence] = []  # their grammar or their adapter's slot is not ready
-        while self.waiting and budget > 0:
-            seq = self.waiting[0]
-            if len(self.running) + reserved + 1 + seq.request.num_pending_forks > self.max_num_seqs:
+        for seq in self.waiting.ordered():
+            if budget <= 0 or not self._has_seat(seq, reserved):
                 break
-            if seq.request.waiting_for_grammar or (
-                self.adapters is not None and not self.adapters.can_admit(seq.request)
-            ):
-                passed_over.append(self.waiting.popleft())
+            if not self._ready(seq):  # passed over, keeping its place
                 continue
             cached = self.kv.cached_prefix(seq)
             remaining = seq.num_tokens - len(cached) * self.kv.block_size
@@ -129,22 +148,56 @@ class Scheduler:
                 self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
                 seq.request.num_cached_tokens = seq.num_computed_tokens
             reserved += seq.request.num_pending_forks
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
+            seq.admitted_step = self.steps
             self.running.append(seq)
             out.scheduled.append(ScheduledSequence(seq, num_new))
             budget -= num_new
-        self.waiting.extendleft(reversed(passed_over))
         return budget
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _has_seat(self, seq: Sequence, reserved: int) -> bool:
+        return len(self.running) + reserved + 1 + seq.request.num_pending_forks <= self.max_num_seqs
+
+    def _ready(self, seq: Sequence) -> bool:
+        """Not waiting for its grammar to compile or for a device slot for its adapter."""
+        request = seq.request
+        return not request.waiting_for_grammar and (self.adapters is None or self.adapters.can_admit(request))
+
+    def _preempt_for_priority(self, out: SchedulerOutput) -> None:
+        """While the first ready waiting sequence has no seat or no blocks for its first chunk,
+        preempts the running sequence furthest behind it that has run MIN_RUN_STEPS steps."""
+        place = self.waiting.place
+        first = next((seq for seq in self.waiting.ordered() if self._ready(seq)), None)
+        if first is None:
+            return
+        reserved = sum(seq.request.num_pending_forks for seq in self.running)
+        while not (self._has_seat(first, reserved) and self._has_blocks(first)):
+            victims = [
+                seq
+                for seq in self.running
+                if place(seq) > place(first) and self.steps - seq.admitted_step >= MIN_RUN_STEPS
+            ]
+            if not victims:
+                return
+            victim = max(victims, key=place)
+            self._preempt(victim, "priority")
+            out.preempted.append(victim)
+            reserved = sum(seq.request.num_pending_forks for seq in self.running)
+
+    def _has_blocks(self, seq: Sequence) -> bool:
+        cached = self.kv.cached_prefix(seq)
+        remaining = seq.num_tokens - len(cached) * self.kv.block_size
+        return self.kv.can_allocate(seq, min(remaining, self.max_num_batched_tokens), cached)
+
+    def _preempt(self, seq: Sequence, cause: str) -> None:
         self.running.remove(seq)
         self.kv.free(seq)
         seq.num_computed_tokens = 0
         seq.preempted = True
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
-        self.num_preemptions += 1
+        self.waiting.add(seq)  # back to its place, ahead of everything that arrived after it
+        self.preemptions[cause] += 1
 
     def advance(self, out: SchedulerOutput, kept: list[int] | None = None) -> None:
         """Records that the step's tokens are now in the cache: `kept[i]` of the i-th scheduled
@@ -160,6 +213,7 @@ class Scheduler:
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         self.kv.fork(parent, child)
+        child.admitted_step = parent.admitted_step
         self.running.append(child)
 
     def finish(self, seq: Sequence) -> None:
@@ -168,6 +222,7 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        self.waiting.leave(seq)
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
         self._finished.append(seq.seq_id)

@@ -39,6 +39,7 @@ class Sequence:
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None  # the stop token id that ended it
         self.speculation: SpeculativeState | None = None  # with speculative decoding, once it decodes
+        self.admitted_step = 0  # the scheduler's step when it last started running
 
     @property
     def params(self) -> SamplingParams:
@@ -87,6 +88,10 @@ class Request:
     lora: AdapterRef | None = None  # the adapter it runs with (None: the base model)
     lora_slot: int | None = None  # the adapter's device slot, held from its first admission to its end
     waiting_for_grammar: bool = False  # its constraint's grammar is still compiling: not admitted yet
+    priority: int = 0  # with the priority policy: lower runs first
+    user: str | None = None  # with the fair policy: whose share it counts against
+    arrival_no: int = 0  # its place in the order of arrival, and the scheduler's step then:
+    arrival_step: int = 0  # set when it is first queued
 
     @property
     def hash_seed(self) -> bytes | None:

@@ -1,0 +1,23 @@
+"""The scheduling policies (`--scheduling-policy`) and the rules they keep, as numbers.
+
+- fcfs: by arrival; a preempted sequence keeps its place (ahead of every later arrival).
+- priority: by a request's `priority` (lower first, as vLLM), aged by waiting: a request's place
+  is its arrival step plus AGING_STEPS per priority level, so one of priority p is ahead of any
+  request of priority q < p that arrives more than (p - q) x AGING_STEPS steps after it. No
+  flood holds a request back past that. A waiting request that cannot be admitted (no blocks,
+  or the sequence cap) preempts the running sequence furthest behind it, if that one has run
+  MIN_RUN_STEPS steps since it was admitted: a sequence preempted for priority always makes
+  progress before it can be preempted again, so two requests never take turns evicting each other.
+- fair: by the tokens each `user` has been served (prompt tokens plus OUTPUT_WEIGHT per output
+  token), the least-served user with work first; work conserving (one user alone gets all)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+SchedulingPolicy = Literal["fcfs", "priority", "fair"]
+POLICIES: tuple[SchedulingPolicy, ...] = ("fcfs", "priority", "fair")
+AGING_STEPS = 64  # steps of waiting worth one priority level
+MIN_RUN_STEPS = 8  # steps a sequence runs before a higher priority may preempt it
+OUTPUT_WEIGHT = 2  # an output token's cost against a prompt token's, in fair shares (a decode step
+# computes one token for a sequence, a prefill step many)
