@@ -73,7 +73,7 @@ class FairQueue(WaitingQueue):
             by_user.setdefault(seq.request.user or "", []).append(seq)
         heads = dict.fromkeys(by_user, 0)
         while heads:  # the served counts are read afresh for each pick: admitting charges them
-            user = min(heads, key=lambda u: (self.shares.served(u), u))
+            user = min(heads, key=lambda u: (self.shares.served(u), self.place(by_user[u][heads[u]])))
             yield by_user[user][heads[user]]
             heads[user] += 1
             if heads[user] == len(by_user[user]):

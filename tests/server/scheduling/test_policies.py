@@ -1,0 +1,149 @@
+"""The scheduling policies as pure scheduler decisions, driven without a model: the waiting
+order of each, priority's aging bound and its preemptions (by the sequence cap and by memory,
+never before MIN_RUN_STEPS), a preempted request's place, fair shares between users, and the
+budgets and blocks every step keeps."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from argosy.server.scheduling.policy import AGING_STEPS, MIN_RUN_STEPS
+from tests.server.scheduling.simulation import Simulation
+
+
+def order(sim: Simulation) -> list[str]:
+    return [seq.request.request_id for seq in sim.scheduler.waiting.ordered()]
+
+
+def test_fcfs_admits_by_arrival_whatever_the_priority_field():
+    sim = Simulation("fcfs", max_num_seqs=1)
+    for name, priority in (("a", 3), ("b", 0), ("c", 1)):
+        sim.add(name, 4, 2, priority=priority)
+    assert order(sim) == ["a", "b", "c"]
+
+
+def test_priority_orders_by_priority_then_arrival():
+    sim = Simulation("priority", max_num_seqs=1)
+    for name, priority in (("a", 3), ("b", 0), ("c", 1), ("d", 0)):
+        sim.add(name, 4, 2, priority=priority)
+    assert order(sim) == ["b", "d", "c", "a"]
+
+
+def test_waiting_ages_a_request_ahead_of_later_arrivals_of_any_priority():
+    """A priority-10 request is ahead of every priority-0 request arriving 10 x AGING_STEPS steps
+    after it or later, and behind those arriving sooner."""
+    sim = Simulation("priority", max_num_seqs=1)
+    sim.add("running", 4, 100_000)
+    sim.step()
+    sim.add("low", 4, 2, priority=10)
+    sim.run(10 * AGING_STEPS - 1)  # the running request holds the only seat meanwhile
+    sim.add("sooner", 4, 2, priority=0)
+    sim.step()
+    sim.add("later", 4, 2, priority=0)
+    assert order(sim) == ["sooner", "low", "later"]
+
+
+def test_under_a_flood_of_higher_priority_no_request_waits_past_its_aging_bound():
+    sim = Simulation("priority", max_num_seqs=2, num_blocks=256)
+    sim.add("low", 8, 4, priority=5)
+    for step in range(12 * AGING_STEPS):
+        if step % 2 == 0:  # more than the two seats can serve: the queue only grows
+            sim.add(f"flood-{step}", 8, 6, priority=0)
+        sim.step()
+        if "low" in sim.admitted_at:
+            break
+    # Ahead of it: only floods that arrived within 5 x AGING_STEPS steps of it, served in turn.
+    assert "low" in sim.admitted_at and sim.admitted_at["low"] <= 12 * AGING_STEPS
+
+
+def test_a_higher_priority_preempts_for_a_seat_only_after_the_victim_ran_min_run_steps():
+    sim = Simulation("priority", max_num_seqs=2)
+    sim.add("a", 4, 1000, priority=5)
+    sim.add("b", 4, 1000, priority=7)
+    sim.step()
+    sim.add("urgent", 4, 3, priority=0)
+    first = sim.scheduler.steps + 1
+    while "urgent" not in sim.admitted_at:
+        sim.step()
+    # b, the one furthest behind, gave way; not before it had run MIN_RUN_STEPS steps.
+    assert sim.admitted_at["urgent"] - 1 >= MIN_RUN_STEPS and sim.admitted_at["urgent"] <= first + MIN_RUN_STEPS
+    assert sim.scheduler.preemptions == {"memory": 0, "priority": 1}
+    assert [s.request.request_id for s in sim.scheduler.running] == ["a", "urgent"]
+    assert order(sim) == ["b"]
+
+
+def test_a_higher_priority_preempts_for_blocks():
+    sim = Simulation("priority", num_blocks=10, max_num_seqs=8)  # 10 blocks of 4 tokens
+    sim.add("big", 24, 1000, priority=3)  # 6 blocks, growing to 9 in MIN_RUN_STEPS + 1 steps
+    sim.run(MIN_RUN_STEPS + 1)
+    sim.add("urgent", 12, 2, priority=0)  # 3 blocks: not free
+    sim.step()
+    assert sim.admitted_at.get("urgent") == sim.scheduler.steps
+    assert sim.scheduler.preemptions["priority"] == 1 and order(sim) == ["big"]
+    sim.run(5)
+    assert "urgent" in sim.finished_at and "big" not in order(sim)  # back once there was room
+
+
+def test_equal_or_better_running_sequences_are_never_preempted_for_priority():
+    sim = Simulation("priority", max_num_seqs=1)
+    sim.add("a", 4, 200, priority=1)
+    sim.run(MIN_RUN_STEPS + 2)
+    sim.add("b", 4, 2, priority=1)
+    sim.run(50)
+    assert sim.scheduler.preemptions["priority"] == 0 and "b" not in sim.admitted_at
+
+
+def test_a_preempted_request_keeps_its_place_ahead_of_later_arrivals_of_its_priority():
+    sim = Simulation("priority", max_num_seqs=1)
+    sim.add("a", 4, 1000, priority=2)
+    sim.run(MIN_RUN_STEPS + 1)
+    sim.add("later", 4, 2, priority=2)
+    sim.add("urgent", 4, 50, priority=0)
+    sim.run(2)
+    assert sim.scheduler.preemptions["priority"] == 1 and order(sim) == ["a", "later"]
+
+
+def test_fair_shares_admit_the_least_served_user_first_and_a_lone_user_gets_everything():
+    sim = Simulation("fair", max_num_seqs=2, num_blocks=256)
+    for i in range(12):
+        sim.add(f"heavy-{i}", 8, 8, user="heavy")
+    sim.run(30)
+    assert set(sim.served) == {"heavy"} and len(sim.finished_at) >= 4  # alone: both seats, all along
+    for i in range(8):
+        sim.add(f"light-{i}", 8, 8, user="light")
+    sim.served.clear()
+    while any(f"light-{i}" not in sim.finished_at for i in range(8)):
+        sim.step()
+    # Half the tokens each while both had work (the heavy user's started with both seats).
+    assert sim.served["light"] / (sim.served["light"] + sim.served["heavy"]) >= 0.45
+
+
+def test_a_user_back_from_idle_starts_level_and_banks_no_credit():
+    sim = Simulation("fair", max_num_seqs=1, num_blocks=256)
+    sim.add("a-0", 8, 4, user="a")
+    sim.run(10)
+    for i in range(4):
+        sim.add(f"b-{i}", 8, 40, user="b")
+    sim.run(400)  # b alone for long: a, idle meanwhile, must not get as many turns in a row
+    sim.add("b-late", 8, 4, user="b")
+    for i in range(3):
+        sim.add(f"a-{i + 1}", 8, 4, user="a")
+    shares = sim.scheduler.waiting.shares
+    assert shares.served("a") >= shares.served("b") - 1000  # lifted to b's level, not left far behind
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority", "fair"])
+def test_random_traffic_keeps_the_budgets_and_returns_every_block(policy):
+    rng = random.Random(policy)
+    sim = Simulation(policy, num_blocks=24, max_num_seqs=4, max_num_batched_tokens=32)
+    for i in range(60):
+        sim.add(f"r{i}", rng.randrange(1, 30), rng.randrange(1, 20),
+                priority=rng.randrange(4) if policy == "priority" else 0, user=rng.choice("xyz"))  # fmt: skip
+        for _ in range(rng.randrange(3)):
+            sim.step()
+    while sim.scheduler.has_work():
+        sim.step()
+        assert sim.scheduler.steps < 5000
+    assert len(sim.finished_at) == 60 and sim.kv.num_used_blocks == 0
