@@ -89,7 +89,9 @@ class EngineClient:
         """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas.
         Thread-safe: handlers call it off the event loop, a long prompt takes seconds."""
         delta = replace(params, output_kind=RequestOutputKind.DELTA)
-        return self.inputs.make_request(request_id, prompt, delta, add_special_tokens, lora, priority, user)
+        return self.inputs.make_request(
+            request_id, prompt, delta, add_special_tokens=add_special_tokens, lora=lora, priority=priority, user=user
+        )
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """The engine core reads the adapter into host memory (it is served from now on)."""
