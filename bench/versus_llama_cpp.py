@@ -28,25 +28,14 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 
 import httpx
 from servers import free_port, running
+from serving import Level
 from spec_decode import grounded_conversations
 
 MODEL = "bench"
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-
-
-@dataclass
-class Level:
-    seconds: float = 0.0
-    tokens: int = 0
-    ttft: list[float] = field(default_factory=list)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds
 
 
 async def one_request(client: httpx.AsyncClient, messages: list[dict], max_tokens: int) -> tuple[float, int]:
@@ -70,7 +59,7 @@ async def one_request(client: httpx.AsyncClient, messages: list[dict], max_token
 
 
 async def run_level(url: str, conversations: list[list[dict]], concurrency: int, max_tokens: int) -> Level:
-    queue, level = list(conversations), Level()
+    queue, level = list(conversations), Level(0.0, 0)
 
     async def client_loop() -> None:
         # A connection per request: llama.cpp's server closes a streamed response's connection,

@@ -33,8 +33,9 @@ async def create_chat_completion(
     def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], None]:
         try:
             prompt = chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt is not False, tools)
-            request_id = engine_request_id(request_id)
-            request = client.make_request(request_id, prompt, params, False, lora, body.priority, body.user)
+            request = client.make_request(
+                engine_request_id(request_id), prompt, params, False, lora, priority=body.priority, user=body.user
+            )
             return [request], None
         except InvalidRequestError as exc:  # name what a chat call has: messages, top_logprobs
             exc.param = {"prompt": "messages", "logprobs": "top_logprobs"}.get(exc.param, exc.param)

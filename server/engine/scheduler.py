@@ -121,22 +121,17 @@ class Scheduler:
         if not memory_short:
             budget = self._admit(out, budget)
         out.blocks_to_copy = self.kv.take_pending_copies()
-        for item in out.scheduled:
-            seq, start = item.seq, item.seq.num_computed_tokens
-            prompt = max(0, min(start + item.num_new_tokens, seq.num_prompt_tokens) - start)
-            self.waiting.charge(seq, prompt, item.num_new_tokens - prompt)
+        self.waiting.charge(out.scheduled)
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> int:
-        # Seats for the siblings that requests with n > 1 will fork once their prompt is done.
-        reserved = sum(seq.request.num_pending_forks for seq in self.running)
+        reserved = self._reserved_seats()
         for seq in self.waiting.ordered():
             if budget <= 0 or not self._has_seat(seq, reserved):
                 break
             if not self._ready(seq):  # passed over, keeping its place
                 continue
-            cached = self.kv.cached_prefix(seq)
-            remaining = seq.num_tokens - len(cached) * self.kv.block_size
+            cached, remaining = self._uncached(seq)
             if remaining > budget and not self.enable_chunked_prefill:
                 break
             num_new = min(remaining, budget)
@@ -156,6 +151,15 @@ class Scheduler:
             budget -= num_new
         return budget
 
+    def _reserved_seats(self) -> int:
+        """Seats for the siblings that running requests with n > 1 fork once their prompt is done."""
+        return sum(seq.request.num_pending_forks for seq in self.running)
+
+    def _uncached(self, seq: Sequence) -> tuple[list[int], int]:
+        """The cached blocks of a waiting sequence's prefix, and the tokens left to compute."""
+        cached = self.kv.cached_prefix(seq)
+        return cached, seq.num_tokens - len(cached) * self.kv.block_size
+
     def _has_seat(self, seq: Sequence, reserved: int) -> bool:
         return len(self.running) + reserved + 1 + seq.request.num_pending_forks <= self.max_num_seqs
 
@@ -168,11 +172,10 @@ class Scheduler:
         """While the first ready waiting sequence has no seat or no blocks for its first chunk,
         preempts the running sequence furthest behind it that has run MIN_RUN_STEPS steps."""
         place = self.waiting.place
-        first = next((seq for seq in self.waiting.ordered() if self._ready(seq)), None)
+        first = next((seq for seq in self.waiting if self._ready(seq)), None)
         if first is None:
             return
-        reserved = sum(seq.request.num_pending_forks for seq in self.running)
-        while not (self._has_seat(first, reserved) and self._has_blocks(first)):
+        while not (self._has_seat(first, self._reserved_seats()) and self._has_blocks(first)):
             victims = [
                 seq
                 for seq in self.running
@@ -183,11 +186,9 @@ class Scheduler:
             victim = max(victims, key=place)
             self._preempt(victim, "priority")
             out.preempted.append(victim)
-            reserved = sum(seq.request.num_pending_forks for seq in self.running)
 
     def _has_blocks(self, seq: Sequence) -> bool:
-        cached = self.kv.cached_prefix(seq)
-        remaining = seq.num_tokens - len(cached) * self.kv.block_size
+        cached, remaining = self._uncached(seq)
         return self.kv.can_allocate(seq, min(remaining, self.max_num_batched_tokens), cached)
 
     def _preempt(self, seq: Sequence, cause: str) -> None:

@@ -3,7 +3,7 @@
 - fcfs: by arrival; a preempted sequence keeps its place (ahead of every later arrival).
 - priority: by a request's `priority` (lower first, as vLLM), aged by waiting: a request's place
   is its arrival step plus AGING_STEPS per priority level, so one of priority p is ahead of any
-  request of priority q < p that arrives more than (p - q) x AGING_STEPS steps after it. No
+  request of priority q < p that arrives (p - q) x AGING_STEPS steps after it or later. No
   flood holds a request back past that. A waiting request that cannot be admitted (no blocks,
   or the sequence cap) preempts the running sequence furthest behind it, if that one has run
   MIN_RUN_STEPS steps since it was admitted: a sequence preempted for priority always makes
@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Literal
 
 SchedulingPolicy = Literal["fcfs", "priority", "fair"]
-POLICIES: tuple[SchedulingPolicy, ...] = ("fcfs", "priority", "fair")
 AGING_STEPS = 64  # steps of waiting worth one priority level
 MIN_RUN_STEPS = 8  # steps a sequence runs before a higher priority may preempt it
 OUTPUT_WEIGHT = 2  # an output token's cost against a prompt token's, in fair shares (a decode step

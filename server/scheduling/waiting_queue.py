@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from argosy.server.engine.sequence import Sequence
 from argosy.server.scheduling.fair_shares import FairShares
 from argosy.server.scheduling.policy import AGING_STEPS, SchedulingPolicy
+
+if TYPE_CHECKING:
+    from argosy.server.engine.scheduler import ScheduledSequence
 
 
 class WaitingQueue:
@@ -40,8 +44,9 @@ class WaitingQueue:
         """In admission order; the queue may change while this is read."""
         return iter(list(self._seqs))
 
-    def charge(self, seq: Sequence, prompt_tokens: int, output_tokens: int) -> None:
-        """Tokens served to `seq` this step (fair shares count them; the others need not)."""
+    def charge(self, scheduled: list[ScheduledSequence]) -> None:
+        """The step's scheduled sequences are served their new tokens: fair shares count them;
+        the other policies need not."""
 
     def leave(self, seq: Sequence) -> None:
         """`seq` finished (fair shares stop counting it as its user's work)."""
@@ -79,8 +84,11 @@ class FairQueue(WaitingQueue):
             if heads[user] == len(by_user[user]):
                 del heads[user]
 
-    def charge(self, seq: Sequence, prompt_tokens: int, output_tokens: int) -> None:
-        self.shares.charge(seq.request.user, prompt_tokens, output_tokens)
+    def charge(self, scheduled: list[ScheduledSequence]) -> None:
+        for item in scheduled:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            prompt = max(0, min(start + item.num_new_tokens, seq.num_prompt_tokens) - start)
+            self.shares.charge(seq.request.user, prompt, item.num_new_tokens - prompt)
 
     def leave(self, seq: Sequence) -> None:
         self.shares.leave(seq.request.user, seq)

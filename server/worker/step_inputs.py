@@ -52,6 +52,7 @@ FIELDS = (
     InputField("seq_lens", "sequence", "one"),  # keys in the cache after the step
     InputField("block_tables", "table", "null_block"),  # gathered from BlockTables, not from lists
 )
+_PER = {f.name: f.per for f in FIELDS}
 
 
 @dataclass
@@ -201,8 +202,7 @@ class StaticInputs:
                 buffer[start:end] = values[f.pad]
 
     def field(self, name: str, size: int) -> torch.Tensor:
-        per = next(f.per for f in FIELDS if f.name == name)
-        return self.buffers[name][: size * self.width if per == "token" else size]
+        return self.buffers[name][: size * self.width if _PER[name] == "token" else size]
 
     def batch(self, size: int, max_model_len: int) -> AttentionBatch:
         return AttentionBatch(
