@@ -60,6 +60,11 @@ class EngineConfig:
     )
     gpu_memory_utilization: float = setting(0.9, "fraction of GPU memory for weights, activations and KV cache")
     enable_prefix_caching: bool = setting(True, "reuse cached blocks of identical prompt prefixes")
+    swap_space: float = setting(
+        0,
+        "GiB of host memory for a second KV tier: blocks the device evicts (a preempted sequence's too) are kept "
+        "there and loaded back instead of recomputed; 0: off",
+    )
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
     seed: int = setting(0, "seed of unseeded sampling")
     attention_backend: AttentionBackendName = setting(
@@ -129,6 +134,7 @@ class EngineConfig:
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
                 param="gpu_memory_utilization",
             )
+        self._check_swap_space()
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise InvalidRequestError(
                 f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})",
@@ -140,6 +146,18 @@ class EngineConfig:
             value = getattr(self, name)
             if choices is not None and value not in choices and not (optional and value is None):
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
+
+
+    def _check_swap_space(self) -> None:
+        why = None
+        if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, int | float) or self.swap_space < 0:
+            why = f"swap_space must be a number of GiB, 0 or more, got {self.swap_space!r}"
+        elif self.swap_space and not self.enable_prefix_caching:
+            why = "swap_space needs prefix caching: the host tier finds blocks by the prefix cache's hashes"
+        elif self.swap_space and (spec := SpeculativeConfig.parse(self.speculative_config)) and spec.method == "draft_model":
+            why = "swap_space does not keep a draft model's KV cache: use it with ngram speculation or none"
+        if why is not None:
+            raise InvalidRequestError(why, param="swap_space")
 
 
 def tokenizer_path(config: EngineConfig, model_path: Path) -> Path:

@@ -3,11 +3,13 @@ cache that maps a full block's content hash to the block holding it.
 
 A block with reference count 0 is free, but keeps its contents and its hash until it is
 handed out again, so a later request with the same prefix can still reuse it. Free blocks
-are handed out least recently freed first."""
+are handed out least recently freed first. A cached block's contents that are about to be
+overwritten are first offered to `on_evict` (the host tier keeps them)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -19,7 +21,8 @@ class Block:
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, enable_caching: bool):
+    def __init__(self, num_blocks: int, enable_caching: bool, on_evict: Callable[[int, bytes], None] | None = None):
+        self.on_evict = on_evict  # (block id, hash) of cached contents about to be overwritten
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.enable_caching = enable_caching
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
@@ -45,6 +48,8 @@ class BlockPool:
             if block.block_hash is not None:
                 if self._cached.get(block.block_hash) == block_id:
                     del self._cached[block.block_hash]
+                    if self.on_evict is not None:
+                        self.on_evict(block_id, block.block_hash)
                 block.block_hash = None
             block.ref_count = 1
             ids.append(block_id)

@@ -26,6 +26,7 @@ from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.executor import Executor, make_executor
 from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
+from argosy.server.kv_tier.host_pool import HostBlockPool
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.lora.request import AdapterRef
 from argosy.server.lora.slots import LoRASlots
@@ -59,7 +60,8 @@ class EngineCore:
             config.structured_outputs_max_whitespace,
         )
         self.executor.use_grammars(self.grammars)
-        self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching)
+        host = HostBlockPool(self.device.num_host_blocks) if self.device.num_host_blocks else None
+        self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching, host)
         adapters = self.executor.adapters
         self.lora = None if adapters is None else LoRAManager(adapters, LoRASlots(config.max_loras))
         self.speculator = _speculator(config, self.limits.max_model_len)
@@ -155,7 +157,7 @@ class EngineCore:
         weights, is emptied. Raises (changing nothing) for a checkpoint that does not match."""
         self._check_idle("update the weights")
         self.executor.update_weights(path)
-        self.kv.pool.reset_cache()
+        self.kv.reset_cache()
 
     def sleep(self, level: int) -> int:
         """Frees the KV cache (its blocks' contents go, and the prefix cache with them) and,
@@ -164,7 +166,7 @@ class EngineCore:
             raise InvalidRequestError(f"level must be 1 or 2, got {level}", param="level")
         self._check_idle("sleep")
         freed = self.executor.sleep(level)
-        self.kv.pool.reset_cache()
+        self.kv.reset_cache()
         self.asleep = True
         return freed
 
@@ -178,7 +180,7 @@ class EngineCore:
 
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
-        return self.kv.pool.reset_cache()
+        return self.kv.reset_cache()
 
     def num_requests(self) -> tuple[int, int]:
         """(waiting, running) in requests, not sequences: a request with a sequence waiting
@@ -190,7 +192,7 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         compiling = self._check_grammars()
         scheduled = self.scheduler.schedule()
-        if not scheduled.scheduled:
+        if not scheduled.has_work:
             if compiling:  # nothing else to run: a moment for the compiles, then the loop goes on
                 self.grammars.wait_any({r.params.structured_outputs.key for r in compiling}, GRAMMAR_POLL_SECONDS)
             elif self.scheduler.has_work():

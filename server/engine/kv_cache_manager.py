@@ -1,6 +1,8 @@
 """KVCacheManager: gives each sequence the blocks its tokens need, through the BlockPool.
 
-It finds a new sequence's longest cached prefix, takes blocks on demand as tokens arrive,
+It finds a new sequence's longest cached prefix (on the device, then, with a host tier, the
+blocks after it held in host memory, which are loaded into new blocks), takes blocks on demand
+as tokens arrive,
 copies a shared block before a sequence writes into it (copy-on-write), registers blocks
 in the prefix cache as they fill (only with tokens kept: never one a step computed and then
 dropped), gives back the blocks past a length, and returns every block when a sequence leaves.
@@ -13,6 +15,7 @@ from array import array
 
 from argosy.server.engine.block_pool import BlockPool
 from argosy.server.engine.sequence import Sequence
+from argosy.server.kv_tier.host_pool import HostBlockPool
 
 
 def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:
@@ -24,11 +27,17 @@ def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool):
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_prefix_caching: bool, host: HostBlockPool | None = None
+    ):
         self.block_size = block_size
-        self.pool = BlockPool(num_blocks, enable_prefix_caching)
+        self.host = host  # the second tier, whose blocks are found by the prefix cache's hashes
+        self.pool = BlockPool(num_blocks, enable_prefix_caching, None if host is None else host.store)
         self.enable_prefix_caching = enable_prefix_caching
         self._pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
+        # Blocks being loaded from the host tier this step, registered in the prefix cache once
+        # the step's plan is made: no sequence of the same step may read them as hits.
+        self._loading: list[tuple[int, bytes]] = []
         self.prefix_cache_queries = 0  # tokens looked up
         self.prefix_cache_hits = 0  # tokens found
 
@@ -60,31 +69,52 @@ class KVCacheManager:
             hits.append(block_id)
         return hits
 
-    def blocks_needed(self, seq: Sequence, num_new_tokens: int, num_cached_blocks: int = 0) -> int:
-        table_len = max(len(seq.block_table), num_cached_blocks)
-        computed = max(seq.num_computed_tokens, num_cached_blocks * self.block_size)
-        needed = -(-(computed + num_new_tokens) // self.block_size) - table_len
+    def host_prefix(self, seq: Sequence, num_cached_blocks: int) -> list[bytes]:
+        """The hashes of the blocks after the device's hits that the host tier holds (with
+        the same bound: at least one token is left to compute)."""
+        if self.host is None:
+            return []
+        hashes = seq.block_hashes[num_cached_blocks : (seq.num_tokens - 1) // self.block_size]
+        return hashes[: self.host.hits(hashes)]
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int, num_cached_blocks: int = 0, num_loaded: int = 0) -> int:
+        hit = num_cached_blocks + num_loaded
+        table_len = max(len(seq.block_table), hit)
+        computed = max(seq.num_computed_tokens, hit * self.block_size)
+        needed = -(-(computed + num_new_tokens) // self.block_size) - table_len + num_loaded
         return needed + int(self._shared_block(seq) is not None)
 
-    def can_allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int]) -> bool:
+    def can_allocate(
+        self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int], loaded: list[bytes] = ()
+    ) -> bool:
         """Whether `allocate` would find the blocks (it changes nothing)."""
-        return self.blocks_needed(seq, num_new_tokens, len(cached_blocks)) <= self._available(cached_blocks)
+        needed = self.blocks_needed(seq, num_new_tokens, len(cached_blocks), len(loaded))
+        return needed <= self._available(cached_blocks)
 
-    def allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int] | None = None) -> bool:
+    def allocate(
+        self,
+        seq: Sequence,
+        num_new_tokens: int,
+        cached_blocks: list[int] | None = None,
+        loaded: list[bytes] = (),
+    ) -> bool:
         """Makes room for the next `num_new_tokens` tokens of `seq`, first adopting
-        `cached_blocks` (a prefix hit for a sequence with no blocks yet). Returns False,
-        changing nothing, when too few blocks are free."""
+        `cached_blocks` and then new blocks into which the host tier loads the blocks of hashes
+        `loaded` (a prefix hit for a sequence with no blocks yet). Returns False, changing
+        nothing, when too few blocks are free."""
         # Most decodes: the token fits the blocks the sequence has, and none must be copied first.
         fits = seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size
-        if fits and not cached_blocks and self._shared_block(seq) is None:
+        if fits and not cached_blocks and not loaded and self._shared_block(seq) is None:
             return True
         cached_blocks = cached_blocks or []
-        if not self.can_allocate(seq, num_new_tokens, cached_blocks):
+        if not self.can_allocate(seq, num_new_tokens, cached_blocks, loaded):
             return False
-        if cached_blocks:
+        if cached_blocks or loaded:
             self.pool.share(cached_blocks)
             seq.block_table = list(cached_blocks)
-            seq.num_computed_tokens = len(cached_blocks) * self.block_size
+            if loaded:
+                seq.block_table.extend(self._load(loaded))
+            seq.num_computed_tokens = len(seq.block_table) * self.block_size
             _changed(seq, 0)
         if (shared := self._shared_block(seq)) is not None:
             src = seq.block_table[shared]
@@ -100,9 +130,39 @@ class KVCacheManager:
             seq.block_table.extend(self.pool.allocate(missing))
         return True
 
-    def count_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
+    def _load(self, hashes: list[bytes]) -> list[int]:
+        """New blocks that the host tier fills with the blocks of `hashes`."""
+        self.host.lock(hashes)  # before the blocks are taken: their evictions must not displace these
+        block_ids = self.pool.allocate(len(hashes))
+        for block_hash, block_id in zip(hashes, block_ids):
+            self.host.load(block_hash, block_id)
+            self._loading.append((block_id, block_hash))
+        return block_ids
+
+    def take_host_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """The step's copies to the host tier and back, (device block, slot) and (slot, device
+        block), handed over once; the loaded blocks join the prefix cache now."""
+        if self.host is None:
+            return [], []
+        for block_id, block_hash in self._loading:
+            if self.pool.ref_count(block_id) > 0:
+                self.pool.register(block_id, block_hash)
+        self._loading = []
+        return self.host.take_copies()
+
+    def reset_cache(self) -> bool:
+        """Forgets every cached block, in both tiers; False, changing nothing, while any block is in use."""
+        if not self.pool.reset_cache():
+            return False
+        if self.host is not None:
+            self.host.clear()
+        return True
+
+    def count_prefix_query(self, num_tokens: int, num_hit_tokens: int, num_host_hit_tokens: int = 0) -> None:
         self.prefix_cache_queries += num_tokens
         self.prefix_cache_hits += num_hit_tokens
+        if self.host is not None:
+            self.host.hit_tokens += num_host_hit_tokens
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Registers every block whose tokens have all been computed and kept (are the

@@ -10,7 +10,9 @@ its place, until one idles; the ones behind it may go first. So is a sequence wh
 still compiling. With speculative decoding, a running decode computes its last token and the
 drafts the Speculator proposes, if their blocks are free; otherwise it decodes plainly. A draft
 model's proposals, written on the device after sampling, take slots past those (lookahead),
-when free; unkept, they go back with the refused drafts' slots."""
+when free; unkept, they go back with the refused drafts' slots. With a host tier, a waiting
+sequence whose next blocks are held in host memory is admitted with them: they are loaded into
+its new blocks during the step, and it computes from the next step on, holding up no one."""
 
 from __future__ import annotations
 
@@ -46,6 +48,13 @@ class SchedulerOutput:
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
+    host_stores: list[tuple[int, int]] = field(default_factory=list)  # (device block, host slot), first
+    host_loads: list[tuple[int, int]] = field(default_factory=list)  # (host slot, device block), then
+
+    @property
+    def has_work(self) -> bool:
+        """A forward pass to run, or copies to make."""
+        return bool(self.scheduled or self.host_stores or self.host_loads)
 
 
 class Scheduler:
@@ -71,6 +80,7 @@ class Scheduler:
         self.steps = 0  # schedules made: the clock of priority aging and of MIN_RUN_STEPS
         self._arrivals = itertools.count()
         self.preemptions = {"memory": 0, "priority": 0}  # by cause
+        self.recomputed_tokens = 0  # tokens preempted sequences computed again
         self._finished: list[int] = []  # ids of the sequences finished since the last take
 
     @property
@@ -121,6 +131,7 @@ class Scheduler:
         if not memory_short:
             budget = self._admit(out, budget)
         out.blocks_to_copy = self.kv.take_pending_copies()
+        out.host_stores, out.host_loads = self.kv.take_host_copies()
         self.waiting.charge(out.scheduled)
         return out
 
@@ -131,34 +142,40 @@ class Scheduler:
                 break
             if not self._ready(seq):  # passed over, keeping its place
                 continue
-            cached, remaining = self._uncached(seq)
+            cached, loaded, remaining = self._uncached(seq)
             if remaining > budget and not self.enable_chunked_prefill:
                 break
-            num_new = min(remaining, budget)
-            if not self.kv.allocate(seq, num_new, cached):
+            num_new = 0 if loaded else min(remaining, budget)  # loading: it computes from the next step
+            if not self.kv.allocate(seq, num_new, cached, loaded):
                 break
             if self.adapters is not None:
                 self.adapters.admit(seq.request)
-            if not seq.preempted:  # a recomputation finding its own blocks is no cache hit
-                self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens)
+            if seq.preempted:  # a recomputation finding its own blocks is no cache hit
+                self.recomputed_tokens += max(0, seq.num_computed_before_preemption - seq.num_computed_tokens)
+            else:
+                host_tokens = len(loaded) * self.kv.block_size
+                self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens - host_tokens, host_tokens)
                 seq.request.num_cached_tokens = seq.num_computed_tokens
             reserved += seq.request.num_pending_forks
             self.waiting.remove(seq)
             seq.status = SequenceStatus.RUNNING
             seq.admitted_step = self.steps
             self.running.append(seq)
-            out.scheduled.append(ScheduledSequence(seq, num_new))
-            budget -= num_new
+            if num_new:
+                out.scheduled.append(ScheduledSequence(seq, num_new))
+                budget -= num_new
         return budget
 
     def _reserved_seats(self) -> int:
         """Seats for the siblings that running requests with n > 1 fork once their prompt is done."""
         return sum(seq.request.num_pending_forks for seq in self.running)
 
-    def _uncached(self, seq: Sequence) -> tuple[list[int], int]:
-        """The cached blocks of a waiting sequence's prefix, and the tokens left to compute."""
+    def _uncached(self, seq: Sequence) -> tuple[list[int], list[bytes], int]:
+        """The cached blocks of a waiting sequence's prefix, the hashes of the blocks after them
+        in the host tier, and the tokens left to compute."""
         cached = self.kv.cached_prefix(seq)
-        return cached, seq.num_tokens - len(cached) * self.kv.block_size
+        loaded = self.kv.host_prefix(seq, len(cached))
+        return cached, loaded, seq.num_tokens - (len(cached) + len(loaded)) * self.kv.block_size
 
     def _has_seat(self, seq: Sequence, reserved: int) -> bool:
         return len(self.running) + reserved + 1 + seq.request.num_pending_forks <= self.max_num_seqs
@@ -188,12 +205,14 @@ class Scheduler:
             out.preempted.append(victim)
 
     def _has_blocks(self, seq: Sequence) -> bool:
-        cached, remaining = self._uncached(seq)
-        return self.kv.can_allocate(seq, min(remaining, self.max_num_batched_tokens), cached)
+        cached, loaded, remaining = self._uncached(seq)
+        num_new = 0 if loaded else min(remaining, self.max_num_batched_tokens)
+        return self.kv.can_allocate(seq, num_new, cached, loaded)
 
     def _preempt(self, seq: Sequence, cause: str) -> None:
         self.running.remove(seq)
         self.kv.free(seq)
+        seq.num_computed_before_preemption = seq.num_computed_tokens
         seq.num_computed_tokens = 0
         seq.preempted = True
         seq.status = SequenceStatus.WAITING

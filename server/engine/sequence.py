@@ -36,6 +36,7 @@ class Sequence:
         self.block_hashes: list[bytes] = []  # content hashes of the leading full blocks
         self.status = SequenceStatus.WAITING
         self.preempted = False  # recomputed after losing its blocks at least once
+        self.num_computed_before_preemption = 0  # at its latest preemption
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None  # the stop token id that ended it
         self.speculation: SpeculativeState | None = None  # with speculative decoding, once it decodes

@@ -54,6 +54,10 @@ class StepPlan(msgspec.Struct, array_like=True):
     samples: list[SampleRow]
     # (slot, digest): adapters to copy into device slots, from host memory, before the forward pass.
     lora_loads: list[tuple[int, str]] = []
+    # The host KV tier's copies, before the block copies: (device block, slot) stored, then
+    # (slot, device block) loaded.
+    host_stores: list[tuple[int, int]] = []
+    host_loads: list[tuple[int, int]] = []
 
 
 class TokenLogprobs(msgspec.Struct, array_like=True):
@@ -82,3 +86,4 @@ class DeviceReady(msgspec.Struct, array_like=True):
 
     num_blocks: int  # KV-cache blocks for the sequences
     startup: str  # the start-up report's line: device, backend, graphs, memory, phase times
+    num_host_blocks: int = 0  # slots of the host KV tier (0: none)

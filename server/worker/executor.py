@@ -72,6 +72,10 @@ class InProcessExecutor:
         num_blocks = num_kv_blocks(budget, block_bytes, limits.max_model_len, config.block_size, reserved)
         for each in runners:
             each.allocate_kv_cache(num_blocks)
+        num_host_blocks = int(config.swap_space * (1 << 30)) // block_bytes
+        if num_host_blocks:
+            runner.allocate_host_cache(num_host_blocks)
+            log.info("host KV tier: %d blocks, %.2f GiB", num_host_blocks, runner.host_cache.nbytes / (1 << 30))
         clock.lap("kv_cache")
         for each in runners:
             each.warm_up()
@@ -93,13 +97,16 @@ class InProcessExecutor:
             None if self.variants is None else self.variants.count(),
         )
         log.info(report.line())
-        return DeviceReady(num_blocks, report.line())
+        return DeviceReady(num_blocks, report.line(), num_host_blocks)
 
     def execute(self, plan: StepPlan) -> StepResult:
         states = self.states
         states.apply(plan)
         for slot, digest in plan.lora_loads:
             self.runner.lora.load(slot, self.adapters[digest])
+        self.runner.copy_host_blocks(plan.host_stores, plan.host_loads)
+        if not plan.chunks:  # the step only loaded blocks for sequences that compute from the next
+            return StepResult([], [], [])
         chunks = []
         for c in plan.chunks:
             state = states[c.seq_id]

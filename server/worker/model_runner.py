@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from argosy.kernels.attention_backend import select_backend
+from argosy.server.kv_tier.host_cache import HostKVCache
 from argosy.server.engine_config import EngineConfig
 from argosy.server.lora.device_weights import LoRAContext, LoRAWeights
 from argosy.server.models.linear_factory import LinearFactory
@@ -55,6 +56,7 @@ class ModelRunner:
         self.asleep = 0  # the sleep level: 0 awake, 1 without KV cache, 2 without weights either
         self._load(model_config)
         self.kv_cache = self._empty_cache(0)
+        self.host_cache: HostKVCache | None = None  # the host KV tier, with swap space
 
     def _load(self, cfg: ModelConfig) -> None:
         """The model from `cfg`'s checkpoint (cfg.path: where the weights serving come from),
@@ -100,6 +102,15 @@ class ModelRunner:
         """num_blocks for the sequences, then the reserved ones."""
         self.num_blocks = num_blocks
         self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
+
+    def allocate_host_cache(self, num_slots: int) -> None:
+        block_shape = (self.cfg.num_layers, 2, self.block_size, self.cfg.num_kv_heads, self.cfg.head_dim)
+        self.host_cache = HostKVCache(num_slots, block_shape, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def copy_host_blocks(self, stores: list[tuple[int, int]], loads: list[tuple[int, int]]) -> None:
+        if self.host_cache is not None:
+            self.host_cache.copy(self.kv_cache, stores, loads)
 
     def update_weights(self, path: str) -> None:
         """The checkpoint at `path` serves from now on; raises CheckpointError, changing nothing,

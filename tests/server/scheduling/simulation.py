@@ -1,5 +1,6 @@
 """A scheduler driven without a model: each step's tokens count as computed, a sequence's next
-token is appended once its tokens are all in the cache, and it finishes after max_tokens."""
+token is appended once its tokens are all in the cache, and it finishes after max_tokens. With
+`host_blocks`, prefix caching and a host tier of that many blocks are on."""
 
 from __future__ import annotations
 
@@ -8,22 +9,41 @@ import itertools
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.scheduler import Scheduler
 from argosy.server.engine.sequence import Request, Sequence
+from argosy.server.kv_tier.host_pool import HostBlockPool
 from argosy.server.sampling_params import SamplingParams
 
 BLOCK = 4
 
 
 class Simulation:
-    def __init__(self, policy: str, num_blocks: int = 64, max_num_seqs: int = 4, max_num_batched_tokens: int = 64):
-        self.kv = KVCacheManager(num_blocks, BLOCK, enable_prefix_caching=False)
+    def __init__(
+        self,
+        policy: str,
+        num_blocks: int = 64,
+        max_num_seqs: int = 4,
+        max_num_batched_tokens: int = 64,
+        host_blocks: int = 0,
+    ):
+        host = HostBlockPool(host_blocks) if host_blocks else None
+        self.kv = KVCacheManager(num_blocks, BLOCK, enable_prefix_caching=host is not None, host=host)
         self.scheduler = Scheduler(self.kv, max_num_seqs, max_num_batched_tokens, True, policy=policy)
         self._ids = itertools.count()
         self.admitted_at: dict[str, int] = {}  # request id: the step it first ran
         self.finished_at: dict[str, int] = {}
         self.served: dict[str | None, int] = {}  # output tokens per user
 
-    def add(self, name: str, prompt_len: int, max_tokens: int, priority: int = 0, user: str | None = None) -> Sequence:
-        request = Request(name, [7] * prompt_len, SamplingParams(max_tokens=max_tokens), priority=priority, user=user)
+    def add(
+        self,
+        name: str,
+        prompt_len: int,
+        max_tokens: int,
+        priority: int = 0,
+        user: str | None = None,
+        prompt: list[int] | None = None,
+    ) -> Sequence:
+        """`prompt`: its tokens (else `prompt_len` sevens)."""
+        prompt = prompt if prompt is not None else [7] * prompt_len
+        request = Request(name, prompt, SamplingParams(max_tokens=max_tokens), priority=priority, user=user)
         seq = Sequence(next(self._ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.scheduler.add(seq)
@@ -31,7 +51,7 @@ class Simulation:
 
     def step(self) -> list[Sequence]:
         """One step; returns the sequences it ran."""
-        out = self.scheduler.schedule()
+        out = self.last = self.scheduler.schedule()
         assert sum(item.num_new_tokens for item in out.scheduled) <= self.scheduler.max_num_batched_tokens
         assert len(self.scheduler.running) <= self.scheduler.max_num_seqs
         self.scheduler.advance(out)
