@@ -147,14 +147,13 @@ class EngineConfig:
             if choices is not None and value not in choices and not (optional and value is None):
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
 
-
     def _check_swap_space(self) -> None:
-        why = None
+        spec, why = SpeculativeConfig.parse(self.speculative_config), None
         if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, int | float) or self.swap_space < 0:
             why = f"swap_space must be a number of GiB, 0 or more, got {self.swap_space!r}"
         elif self.swap_space and not self.enable_prefix_caching:
             why = "swap_space needs prefix caching: the host tier finds blocks by the prefix cache's hashes"
-        elif self.swap_space and (spec := SpeculativeConfig.parse(self.speculative_config)) and spec.method == "draft_model":
+        elif self.swap_space and spec is not None and spec.method == "draft_model":
             why = "swap_space does not keep a draft model's KV cache: use it with ngram speculation or none"
         if why is not None:
             raise InvalidRequestError(why, param="swap_space")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from argosy.kernels.attention_backend import select_backend
-from argosy.server.kv_tier.host_cache import HostKVCache
 from argosy.server.engine_config import EngineConfig
+from argosy.server.kv_tier.host_cache import HostKVCache
 from argosy.server.lora.device_weights import LoRAContext, LoRAWeights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
