@@ -14,6 +14,7 @@ from tests.server.models.test_greedy_identity import mixed_requests, run
 
 BLOCK_BYTES = 2 * 2 * 16 * 2 * 16 * 4  # the test checkpoints' block: 2 layers, K and V, 16 tokens, 2 x 16, fp32
 GIB = 1 << 30
+DRAFT_MODEL = '{"method": "draft_model", "model": "/m", "num_speculative_tokens": 2}'
 
 
 def tiered_llm(path, device_blocks: int, host_blocks: int, **kwargs):
@@ -106,10 +107,7 @@ def test_resetting_the_prefix_cache_empties_the_tier_too(llama_checkpoint):
         ({"swap_space": -1}, "0 or more"),
         ({"swap_space": "4"}, "number of GiB"),
         ({"swap_space": 1, "enable_prefix_caching": False}, "needs prefix caching"),
-        (
-            {"swap_space": 1, "speculative_config": '{"method": "draft_model", "model": "/m", "num_speculative_tokens": 2}'},
-            "draft model",
-        ),
+        ({"swap_space": 1, "speculative_config": DRAFT_MODEL}, "draft model"),
     ],
 )
 def test_settings_the_tier_refuses_name_the_field(settings, message):
