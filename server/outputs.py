@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from argosy.server.kv_tier.host_pool import HostTierStats
 from argosy.server.spec_decode.speculator import SpecDecodeStats
 
 
@@ -65,6 +66,9 @@ class EngineStats:
     prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
     prefix_cache_hits: int  # of those, tokens found
     num_preemptions: int
+    preemptions: dict[str, int] = field(default_factory=dict)  # by cause: memory, priority
+    recomputed_tokens: int = 0  # tokens preempted sequences computed again
+    kv_host: HostTierStats | None = None  # with a host KV tier
     lora: LoRAStats | None = None  # with LoRA on
     grammar_compile_seconds: list[float] = field(default_factory=list)  # compiles finished since the last stats
     spec_decode: SpecDecodeStats | None = None  # with speculative decoding

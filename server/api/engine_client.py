@@ -300,9 +300,7 @@ class EngineClient:
         self._steps = message.num_steps
         self.metrics.observe_step(results, now)
         stats = self._stats
-        self.metrics.sync_engine_counters(stats.num_preemptions, stats.prefix_cache_queries, stats.prefix_cache_hits)
-        if stats.spec_decode is not None:
-            self.metrics.spec_decode.sync(stats.spec_decode)
+        self.metrics.sync_engine_counters(stats)
         self.metrics.observe_engine_step(message.num_steps, message.step_seconds)
 
     def _deliver(self, results: list[RequestOutput], now: float) -> None:

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from argosy.server.api.scheduling_metrics import SchedulingMetrics
 from argosy.server.api.spec_decode_metrics import SpecDecodeMetrics
 from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
-from argosy.server.outputs import LoRAStats, RequestOutput
+from argosy.server.outputs import EngineStats, LoRAStats, RequestOutput
 from argosy.server.structured.params import KINDS
 
 _LATENCY_BUCKETS = (
@@ -51,7 +52,6 @@ VLLM_NAMES = {
     "argosy_prompt_tokens_total": "vllm:prompt_tokens_total",
     "argosy_generation_tokens_total": "vllm:generation_tokens_total",
     "argosy_request_success_total": "vllm:request_success_total",
-    "argosy_num_preemptions_total": "vllm:num_preemptions_total",
     "argosy_prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
     "argosy_prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
     "argosy_time_to_first_token_seconds": "vllm:time_to_first_token_seconds",
@@ -108,7 +108,6 @@ class ServerMetrics:
         self.prompt_tokens = counter("argosy_prompt_tokens_total", "Prompt tokens of served requests")
         self.generation_tokens = counter("argosy_generation_tokens_total", "Generated tokens")
         self.success = counter("argosy_request_success_total", "Finished requests", ("finished_reason",))
-        self.preemptions = counter("argosy_num_preemptions_total", "Sequences preempted for lack of KV blocks")
         self.prefix_queries = counter(
             "argosy_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache"
         )
@@ -165,11 +164,11 @@ class ServerMetrics:
         )
         self.set_weight_version("0", 0)
         self.spec_decode = SpecDecodeMetrics(counter, self.model_name)
+        self.scheduling = SchedulingMetrics(r, self.model_name)
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
         for series in (
             self.prompt_tokens,
             self.generation_tokens,
-            self.preemptions,
             self.prefix_queries,
             self.prefix_hits,
             self.ttft,
@@ -188,7 +187,7 @@ class ServerMetrics:
         for kind in HANG_KINDS:
             self.hangs.labels(model_name=self.model_name, waiting_for=kind)
         self._last_token_time: dict[str, float] = {}  # of each request in flight that has one
-        self._engine_totals = (0, 0, 0)
+        self._engine_totals = (0, 0)
         self._num_steps = 0
         self._refresh_lora: Callable[[], None] | None = None
 
@@ -299,15 +298,17 @@ class ServerMetrics:
     def _count_finished(self, reason: str | None) -> None:
         self.success.labels(model_name=self.model_name, finished_reason=reason).inc()
 
-    def sync_engine_counters(self, preemptions: int, prefix_queries: int, prefix_hits: int) -> None:
+    def sync_engine_counters(self, stats: EngineStats) -> None:
         """Engine totals are cumulative; the counters advance by the difference."""
         last = self._engine_totals
-        for metric, value, before in zip(
-            (self.preemptions, self.prefix_queries, self.prefix_hits), (preemptions, prefix_queries, prefix_hits), last
-        ):
+        totals = (stats.prefix_cache_queries, stats.prefix_cache_hits)
+        for metric, value, before in zip((self.prefix_queries, self.prefix_hits), totals, last):
             if value > before:
                 self.label(metric).inc(value - before)
-        self._engine_totals = (preemptions, prefix_queries, prefix_hits)
+        self._engine_totals = totals
+        self.scheduling.sync(stats)
+        if stats.spec_decode is not None:
+            self.spec_decode.sync(stats.spec_decode)
 
     def render(self) -> bytes:
         if self._refresh_lora is not None:

@@ -164,4 +164,5 @@ def test_prefix_cache_and_preemption_counters(llama_checkpoint):
         assert stats.num_preemptions > 0
         assert srv.metric("argosy_prefix_cache_queries_total") == stats.prefix_cache_queries > 0
         assert srv.metric("argosy_prefix_cache_hits_total") == stats.prefix_cache_hits > 0
-        assert srv.metric("argosy_num_preemptions_total") == stats.num_preemptions
+        assert srv.metric("vllm:num_preemptions_total") == stats.num_preemptions
+        assert srv.metric("argosy_num_preemptions_total", cause="memory") == stats.preemptions["memory"]
