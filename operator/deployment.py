@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from typing import Any
 
+from kubernetes.utils import parse_quantity
 from pydantic import BaseModel
 
 from argosy.operator.adapters_config import ADAPTERS_MOUNT, adapters_file_path, lora_enabled
@@ -179,10 +181,26 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
         },
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    resources = spec.resources.model_dump(exclude_defaults=True)
+    resources = with_swap_space(spec.resources.model_dump(exclude_defaults=True), spec.engine.swapSpace)
     if resources:
         container["resources"] = resources
     return container
+
+
+def with_swap_space(resources: dict[str, Any], swap_gib: float) -> dict[str, Any]:
+    """The container's resources with the host KV tier's memory added: to the memory request
+    (which is the tier alone when none was given), and to the memory limit when there is one,
+    so that the tier's pinned memory never pushes the server past it."""
+    if not swap_gib:
+        return resources
+    resources = {kind: dict(values) for kind, values in resources.items()}
+    for kind in ("requests", "limits"):
+        current = resources.get(kind, {}).get("memory")
+        if kind == "limits" and current is None:
+            continue
+        total = (0 if current is None else parse_quantity(current)) + Decimal(str(swap_gib)) * (1 << 30)
+        resources.setdefault(kind, {})["memory"] = f"{math.ceil(total / (1 << 20))}Mi"
+    return resources
 
 
 def _dump(items: list[BaseModel]) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from argosy.server.engine_config import (
     EngineConfig,
     Quantization,
 )
+from argosy.server.scheduling.policy import SchedulingPolicy
 
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
 MODEL_MOUNT = "/models"
@@ -188,7 +189,19 @@ class EngineSpec(KubeModel):
                 "spec.engine.maxNumBatchedTokens must be at least spec.engine.maxModelLen when "
                 "spec.engine.enableChunkedPrefill is false",
                 ".maxNumBatchedTokens",
-            )
+            ),
+            # double(): a whole number of GiB may arrive as an integer.
+            cel(
+                "double(self.swapSpace) == 0.0 || self.enablePrefixCaching",
+                "spec.engine.swapSpace needs spec.engine.enablePrefixCaching: the host tier finds blocks by its hashes",
+                ".swapSpace",
+            ),
+            cel(
+                "double(self.swapSpace) == 0.0 || !has(self.speculativeConfig)"
+                " || self.speculativeConfig.method != 'draft_model'",
+                "spec.engine.swapSpace does not keep a draft model's KV cache: use ngram speculation or none",
+                ".swapSpace",
+            ),
         )
     )
 
@@ -285,6 +298,22 @@ class EngineSpec(KubeModel):
             "ping while idle (--engine-step-timeout); past it the engine counts as hung, the requests in flight "
             "fail and the pod's server exits, so that the kubelet restarts it. Keep it above the longest step "
             "(argosy_engine_step_duration_seconds): a prefill of maxNumBatchedTokens on the slowest node."
+        ),
+    )
+    schedulingPolicy: SchedulingPolicy = serve_setting(
+        "scheduling_policy",
+        description=(
+            "Which waiting request runs next (--scheduling-policy): fcfs by arrival; priority by the request's "
+            "`priority` (lower first, aged by waiting, may preempt); fair by the tokens each `user` was served."
+        ),
+    )
+    swapSpace: float = serve_setting(
+        "swap_space",
+        ge=0,
+        le=4096,
+        description=(
+            "GiB of host memory for a second KV tier (--swap-space): evicted and preempted blocks are kept there and "
+            "loaded back instead of recomputed. The pod's memory request and limit grow by it."
         ),
     )
     speculativeConfig: SpeculativeSpec | None = serve_setting(

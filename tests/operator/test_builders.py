@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from argosy.operator.adapters_config import build_adapters_config_map
-from argosy.operator.deployment import build_deployment, server_args
+from argosy.operator.deployment import build_deployment, server_args, with_swap_space
 from argosy.operator.owner import Owner
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
@@ -234,6 +234,20 @@ def test_speculative_decoding_reaches_the_engine_with_the_draft_where_it_is_moun
             speculative.disable_by_batch_size
             == SpeculativeConfig.parse({"method": "ngram", "num_speculative_tokens": 3}).disable_by_batch_size
         )  # the server's default
+
+
+def test_swap_space_grows_the_pods_memory_request_and_limit():
+    container = build_deployment(OWNER, spec_of("cpu-node"))["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "8", "memory": f"{16 * 1024 + 2560}Mi"}
+    assert "--swap-space" in container["args"] and "limits" not in container["resources"]
+    both = {"requests": {"memory": "1G"}, "limits": {"memory": "2Gi", "nvidia.com/gpu": 1}}
+    assert with_swap_space(both, 0.5) == {
+        "requests": {"memory": f"{-(-(10**9) // (1 << 20)) + 512}Mi"},
+        "limits": {"memory": f"{2048 + 512}Mi", "nvidia.com/gpu": 1},
+    }
+    assert both["limits"]["memory"] == "2Gi"  # the spec's own resources are left alone
+    assert with_swap_space({}, 1) == {"requests": {"memory": "1024Mi"}}
+    assert with_swap_space(both, 0) is both
 
 
 def test_engine_defaults_are_the_servers():

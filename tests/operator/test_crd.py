@@ -125,6 +125,12 @@ BAD = [
         "spec.engine.speculativeConfig.numSpeculativeTokens", "minimum"]),
     (with_("engine.speculativeConfig", {"method": "draft_model", "numSpeculativeTokens": 4, "model": "../d"}), [
         "spec.engine.speculativeConfig.model", "'..'"]),
+    (with_("engine.schedulingPolicy", "lifo"), ["spec.engine.schedulingPolicy"]),
+    (with_("engine.swapSpace", -1), ["spec.engine.swapSpace", "minimum"]),
+    (with_("engine", {"swapSpace": 4, "enablePrefixCaching": False}), [
+        "spec.engine.swapSpace", "enablePrefixCaching"]),
+    (with_("engine", {"swapSpace": 4, "speculativeConfig": {"method": "draft_model", "numSpeculativeTokens": 4,
+                                                            "model": "d"}}), ["spec.engine.swapSpace", "draft model"]),
 ]  # fmt: skip
 
 
@@ -152,7 +158,7 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 15
+    assert len(rules) == 17
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]
