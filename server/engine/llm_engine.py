@@ -47,11 +47,14 @@ class LLMEngine:
         arrival_time: float | None = None,
         lora_request: LoRARequest | None = None,
         priority: int = 0,
+        user: str | None = None,
     ) -> None:
         """Queues a prompt (text, or token ids). Raises InvalidRequestError, with nothing
-        allocated, when the request cannot be served."""
+        allocated, when the request cannot be served. `user`: whose share it counts against
+        under the fair policy."""
         lora = self.adapter_for(lora_request)
-        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, lora=lora, priority=priority))
+        place = {"priority": priority, "user": user}
+        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, lora=lora, **place))
 
     def adapter_for(self, lora_request: LoRARequest | None) -> AdapterRef | None:
         """The adapter a LoRARequest names, registered at its first use (or when its folder

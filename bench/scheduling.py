@@ -1,0 +1,368 @@
+"""Scheduling under pressure, side by side in one run, on the offline engine with the default
+model and requests arriving by the wall clock (the engine's own step loop plays the clients):
+
+    python bench/scheduling.py [--quick]
+
+1. Priorities: a flood of priority-10 requests, topped up to several times the engine's seats,
+   with priority-0 requests arriving through it. Their time to first token (TTFT) beside the
+   same requests on the idle engine (target: p99 under the flood <= 2x idle + one step), under
+   the priority policy and under fcfs. Every admission is checked against the aging rule: no
+   request goes ahead of one it should not (a later arrival, unless more urgent by more levels
+   than its lateness in AGING_STEPS steps).
+2. Fair shares: two users, one sending 10x the other's requests, both backlogged; the lighter
+   user's share of output tokens while both have work waiting (until the lighter's last request
+   starts; target >= 45%), under fair and fcfs, and the heavier's share once alone.
+3. The host KV tier: 16 conversations of 4 turns (histories past 1,500 tokens) with a device KV
+   cache that holds a quarter of them; returning turns' TTFT with and without --swap-space
+   (target: >= 3x lower with it), their greedy outputs compared. Then all 16 first turns at
+   once (preemption forced): preemptions, and the tokens recomputed after them (target: at most
+   one partial block per preemption with the tier)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from argosy import LLM, SamplingParams
+from argosy.server.scheduling.policy import AGING_STEPS
+
+GIB = 1 << 30
+
+
+@dataclass
+class Sent:
+    """One request as the loop saw it: when it arrived and got its tokens, in seconds and steps."""
+
+    prompt: list[int]
+    priority: int = 0
+    user: str | None = None
+    arrival: float = 0.0
+    arrival_step: int = 0
+    first_token: float | None = None
+    first_step: int | None = None
+    token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    finished: float | None = None
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.arrival
+
+
+class Loop:
+    """Runs an engine's steps, adding the requests `feed` hands over before each one."""
+
+    def __init__(self, llm: LLM, params: SamplingParams):
+        self.engine, self.params = llm.engine, params
+        self.sent: dict[str, Sent] = {}
+        self.step_seconds: list[float] = []
+
+    @property
+    def steps(self) -> int:
+        return self.engine.core.scheduler.steps
+
+    def send(self, request_id: str, request: Sent, params: SamplingParams | None = None) -> None:
+        request.arrival, request.arrival_step = time.perf_counter(), self.steps
+        self.sent[request_id] = request
+        self.engine.add_request(
+            request_id, request.prompt, params or self.params, priority=request.priority, user=request.user
+        )
+
+    def run(self, feed: Callable[[Loop], bool]) -> None:
+        """`feed(loop)` sends what has arrived; it returns False once nothing more will come."""
+        more = True
+        while True:
+            more = more and feed(self)
+            if not self.engine.has_unfinished_requests():
+                if not more:
+                    return
+                time.sleep(0.001)
+                continue
+            start = time.perf_counter()
+            outputs = self.engine.step()
+            now = time.perf_counter()
+            self.step_seconds.append(now - start)
+            for out in outputs:
+                request = self.sent[out.request_id]
+                new = out.outputs[0].token_ids[len(request.token_ids) :]
+                if new and request.first_token is None:
+                    request.first_token, request.first_step = now, self.steps
+                request.token_ids += new
+                request.token_times += [now] * len(new)
+                if out.finished:
+                    request.finished = now
+
+
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def random_prompt(rng: random.Random, vocab: int, length: int) -> list[int]:
+    return [rng.randrange(1000, vocab) for _ in range(length)]
+
+
+# 1. Priorities
+
+
+def aging_violations(sent: dict[str, Sent]) -> int:
+    """Pairs where a request ran first that the aging rule puts behind: one that arrived
+    later by at least (its priority - the other's) x AGING_STEPS steps."""
+    started = [r for r in sent.values() if r.first_step is not None]
+    violations = 0
+    for a in started:
+        for b in started:
+            late = b.arrival_step - a.arrival_step
+            if b.first_step < a.first_step and late > 0 and late >= (a.priority - b.priority) * AGING_STEPS:
+                violations += 1
+    return violations
+
+
+def priority_flood(policy: str, args, vocab: int) -> dict:
+    seats = args.seats
+    llm = LLM(max_num_seqs=seats, scheduling_policy=policy)
+    rng = random.Random(1)
+    urgent_params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    loop = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.flood_tokens, ignore_eos=True))
+    flood_priority = 10 if policy == "priority" else 0  # fcfs serves priority 0 only
+
+    # The idle engine: urgent requests one at a time.
+    idle = []
+    for i in range(5):
+        request = Sent(random_prompt(rng, vocab, args.prompt_tokens))
+        loop.send(f"idle-{i}", request, urgent_params)
+        loop.run(lambda _: False)
+        idle.append(request.ttft)
+    loop.sent.clear()
+    loop.step_seconds.clear()
+
+    count = {"flood": 0, "urgent": 0}
+    start = time.perf_counter()
+
+    def feed(loop: Loop) -> bool:
+        now = time.perf_counter() - start
+        waiting = loop.engine.core.num_requests()[0]
+        while now < args.flood_seconds and waiting < args.flood_depth * seats:
+            loop.send(f"flood-{count['flood']}", Sent(random_prompt(rng, vocab, args.prompt_tokens), flood_priority))
+            count["flood"] += 1
+            waiting += 1
+        if count["urgent"] < args.urgent and now >= 1.0 + count["urgent"] * args.urgent_every:
+            request = Sent(random_prompt(rng, vocab, args.prompt_tokens))
+            loop.send(f"urgent-{count['urgent']}", request, urgent_params)
+            count["urgent"] += 1
+        return now < args.flood_seconds or count["urgent"] < args.urgent
+
+    loop.run(feed)
+    urgent = [r.ttft for name, r in loop.sent.items() if name.startswith("urgent")]
+    flood = [r for name, r in loop.sent.items() if name.startswith("flood")]
+    stats = llm.stats()
+    return {
+        "idle": statistics.median(idle),
+        "step": statistics.median(loop.step_seconds),
+        "urgent_p50": pct(urgent, 50),
+        "urgent_p99": pct(urgent, 99),
+        "flood_requests": len(flood),
+        "flood_longest_wait_steps": max(r.first_step - r.arrival_step for r in flood),
+        "flood_longest_wait_s": max(r.ttft for r in flood),
+        "violations": aging_violations(loop.sent),
+        "preemptions": stats.preemptions.get("priority", 0),
+    }
+
+
+# 2. Fair shares
+
+
+def two_tenants(policy: str, args, vocab: int) -> dict:
+    llm = LLM(max_num_seqs=args.seats, scheduling_policy=policy)
+    rng = random.Random(2)
+    loop = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.fair_tokens, ignore_eos=True))
+    sent = [False]
+
+    def feed(loop: Loop) -> bool:
+        if not sent[0]:  # both backlogged from the start, in arrival order 10 heavy : 1 light
+            for i in range(args.light_requests):
+                for j in range(10):
+                    loop.send(f"heavy-{i}-{j}", Sent(random_prompt(rng, vocab, args.prompt_tokens), user="heavy"))
+                loop.send(f"light-{i}", Sent(random_prompt(rng, vocab, args.prompt_tokens), user="light"))
+            sent[0] = True
+        return False
+
+    start = time.perf_counter()
+    loop.run(feed)
+    seconds = time.perf_counter() - start
+    # Both have work while the light user has requests waiting: until its last one starts.
+    light_done = max(r.first_token for r in loop.sent.values() if r.user == "light")
+
+    def tokens(user: str, until: float | None = None, after: float | None = None) -> int:
+        return sum(
+            1
+            for r in loop.sent.values()
+            if r.user == user
+            for t in r.token_times
+            if (until is None or t <= until) and (after is None or t > after)
+        )
+
+    light, heavy = tokens("light", light_done), tokens("heavy", light_done)
+    heavy_after, light_after = tokens("heavy", after=light_done), tokens("light", after=light_done)
+    total = sum(len(r.token_ids) for r in loop.sent.values())
+    return {
+        "light_share": light / (light + heavy),
+        "alone_share": heavy_after / (heavy_after + light_after) if heavy_after else float("nan"),
+        "tokens_per_s": total / seconds,
+    }
+
+
+# 3. The host KV tier
+
+
+def conversations(args, vocab: int) -> list[list[int]]:
+    rng = random.Random(3)
+    return [random_prompt(rng, vocab, args.history_tokens) for _ in range(args.conversations)]
+
+
+def block_bytes(llm: LLM) -> int:
+    cfg = llm.engine.core.model_config
+    return 2 * cfg.num_layers * 16 * cfg.num_kv_heads * cfg.head_dim * 2  # bf16 blocks of 16 tokens
+
+
+def multi_turn(swap_space: float, args, vocab: int, device_blocks: int) -> dict:
+    llm = LLM(
+        kv_cache_memory=device_blocks * args.block_bytes,
+        max_num_seqs=args.conversations,
+        max_model_len=4096,
+        swap_space=swap_space,
+    )
+    rng = random.Random(4)
+    firsts = conversations(args, vocab)
+    histories = [list(p) for p in firsts]
+    loop = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.turn_tokens, ignore_eos=True))
+    order = [(c, t) for t in range(args.turns) for c in range(args.conversations)]
+    in_flight: dict[int, str] = {}
+
+    def feed(loop: Loop) -> bool:
+        for c, name in list(in_flight.items()):  # a finished turn's answer joins its history
+            if loop.sent[name].finished is not None:
+                histories[c] += loop.sent[name].token_ids + random_prompt(rng, vocab, args.user_tokens)
+                del in_flight[c]
+        while order and len(in_flight) < args.concurrency and order[0][0] not in in_flight:
+            c, t = order.pop(0)
+            in_flight[c] = f"c{c}-t{t}"
+            loop.send(in_flight[c], Sent(list(histories[c])))
+        return bool(order or in_flight)
+
+    loop.run(feed)
+    returning = [r.ttft for name, r in loop.sent.items() if not name.endswith("-t0")]
+    outputs = {name: r.token_ids for name, r in loop.sent.items()}
+
+    # Preemption forced: every first turn at once, both tiers emptied first.
+    llm.reset_prefix_cache()
+    stats_before = llm.stats()
+    burst = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.turn_tokens, ignore_eos=True))
+    queued = [False]
+
+    def feed_burst(loop: Loop) -> bool:
+        if not queued[0]:
+            for c, prompt in enumerate(firsts):
+                loop.send(f"burst-{c}", Sent(prompt))
+            queued[0] = True
+        return False
+
+    start = time.perf_counter()
+    burst.run(feed_burst)
+    stats = llm.stats()
+    history = max(len(h) for h in histories)
+    return {
+        "returning_p50": pct(returning, 50),
+        "returning_mean": statistics.mean(returning),
+        "outputs": outputs,
+        "history": history,
+        "preemptions": stats.num_preemptions - stats_before.num_preemptions,
+        "recomputed": stats.recomputed_tokens - stats_before.recomputed_tokens,
+        "burst_seconds": time.perf_counter() - start,
+        "host": stats.kv_host,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller runs, to check the script")
+    parser.add_argument("--seats", type=int, default=16, help="max_num_seqs of the priority and fair runs")
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--flood-tokens", type=int, default=64, help="output tokens of a flood request")
+    parser.add_argument("--flood-depth", type=int, default=3, help="flood requests kept waiting, per seat")
+    parser.add_argument("--flood-seconds", type=float, default=30.0)
+    parser.add_argument("--urgent", type=int, default=40, help="priority-0 requests through the flood")
+    parser.add_argument("--urgent-every", type=float, default=0.7, help="seconds between them")
+    parser.add_argument("--fair-tokens", type=int, default=32)
+    parser.add_argument("--light-requests", type=int, default=12, help="the heavy user sends 10x as many")
+    parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--history-tokens", type=int, default=1500, help="first turn's prompt")
+    parser.add_argument("--user-tokens", type=int, default=48, help="each later turn's new message")
+    parser.add_argument("--turn-tokens", type=int, default=32, help="output tokens per turn")
+    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight at once")
+    args = parser.parse_args()
+    if args.quick:
+        args.flood_seconds, args.urgent, args.light_requests, args.conversations = 4.0, 4, 6, 8
+        args.history_tokens, args.turns, args.seats = 300, 2, 8
+    probe = LLM()
+    vocab = probe.engine.core.model_config.vocab_size
+    args.block_bytes = block_bytes(probe)
+    del probe
+
+    print(f"\n1. Priorities: {args.seats} seats, a flood of priority-10 requests kept at {args.flood_depth}x the seats "
+          f"waiting for {args.flood_seconds:.0f} s, {args.urgent} priority-0 requests through it; "
+          f"{args.prompt_tokens}-token prompts")  # fmt: skip
+    print(
+        "| policy | idle TTFT ms | step ms | urgent TTFT p50 ms | urgent TTFT p99 ms | target: p99 <= 2 x idle "
+        "+ step | flood requests | longest flood wait (steps / s) | aging violations | preemptions (priority) |"
+    )
+    print("|---|--:|--:|--:|--:|---|--:|--:|--:|--:|")
+    for policy in ("priority", "fcfs"):
+        r = priority_flood(policy, args, vocab)
+        bound = 2 * r["idle"] + r["step"]
+        met = "met" if r["urgent_p99"] <= bound else "missed"
+        print(
+            f"| {policy} | {r['idle'] * 1e3:.0f} | {r['step'] * 1e3:.0f} | {r['urgent_p50'] * 1e3:.0f} | "
+            f"{r['urgent_p99'] * 1e3:.0f} | {met} ({bound * 1e3:.0f} ms) | {r['flood_requests']} | "
+            f"{r['flood_longest_wait_steps']} / {r['flood_longest_wait_s']:.1f} | {r['violations']} | "
+            f"{r['preemptions']} |"
+        )
+
+    print(f"\n2. Fair shares: {args.seats} seats, user 'heavy' sends {10 * args.light_requests} requests and 'light' "
+          f"{args.light_requests}, all at once; {args.fair_tokens} output tokens each")  # fmt: skip
+    print("| policy | light's share while both wait | target >= 45% | heavy's share once alone | output tok/s |")
+    print("|---|--:|---|--:|--:|")
+    for policy in ("fair", "fcfs"):
+        r = two_tenants(policy, args, vocab)
+        met = "met" if r["light_share"] >= 0.45 else "missed"
+        print(f"| {policy} | {r['light_share']:.0%} | {met} | {r['alone_share']:.0%} | {r['tokens_per_s']:.1f} |")
+
+    final = args.history_tokens + (args.turns - 1) * (args.turn_tokens + args.user_tokens) + args.turn_tokens
+    device_blocks = max(-(-4096 // 16), args.conversations * final // 16 // 4)  # a quarter of them
+    swap = 2 * args.conversations * -(-final // 16) * args.block_bytes / GIB
+    runs = {"off": multi_turn(0, args, vocab, device_blocks), "on": multi_turn(swap, args, vocab, device_blocks)}
+    same = sum(runs["on"]["outputs"][k] == v for k, v in runs["off"]["outputs"].items())
+    print(f"\n3. Host KV tier: {args.conversations} conversations x {args.turns} turns (histories up to "
+          f"{runs['on']['history']} tokens), {args.concurrency} in flight; device KV cache {device_blocks} blocks "
+          f"(a quarter of them); --swap-space {swap:.2f} GiB")  # fmt: skip
+    print("| --swap-space | returning TTFT p50 ms | mean ms | burst: preemptions | recomputed tokens | "
+          "bound (a block each) | burst s | tier blocks stored / loaded |")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    for name, r in runs.items():
+        host = r["host"]
+        tier = f"{host.blocks_stored} / {host.blocks_loaded}" if host is not None else "-"
+        print(
+            f"| {name} | {r['returning_p50'] * 1e3:.0f} | {r['returning_mean'] * 1e3:.0f} | {r['preemptions']} | "
+            f"{r['recomputed']} | {r['preemptions'] * 16} | {r['burst_seconds']:.1f} | {tier} |"
+        )
+    ratio = runs["off"]["returning_p50"] / runs["on"]["returning_p50"]
+    print(f"\nreturning TTFT p50, off / on: {ratio:.1f}x (target >= 3x: {'met' if ratio >= 3 else 'missed'}); "
+          f"greedy outputs identical: {same}/{len(runs['off']['outputs'])}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
