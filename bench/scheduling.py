@@ -11,12 +11,13 @@ model and requests arriving by the wall clock (the engine's own step loop plays 
    than its lateness in AGING_STEPS steps).
 2. Fair shares: two users, one sending 10x the other's requests, both backlogged; the lighter
    user's share of output tokens while both have work waiting (until the lighter's last request
-   starts; target >= 45%), under fair and fcfs, and the heavier's share once alone.
+   starts; target >= 45%), under fair and fcfs; once the lighter is done, the heavier's share
+   (target 100%) and the throughput beside fcfs's (work conserving).
 3. The host KV tier: 16 conversations of 4 turns (histories past 1,500 tokens) with a device KV
    cache that holds a quarter of them; returning turns' TTFT with and without --swap-space
-   (target: >= 3x lower with it), their greedy outputs compared. Then all 16 first turns at
-   once (preemption forced): preemptions, and the tokens recomputed after them (target: at most
-   one partial block per preemption with the tier)."""
+   (target: >= 3x lower with it), their greedy outputs compared. Then a burst of 16 requests
+   whose outputs outgrow the device's cache (preemption forced): preemptions, and the tokens
+   recomputed after them (target: at most one partial block per preemption with the tier)."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def aging_violations(sent: dict[str, Sent]) -> int:
 
 def priority_flood(policy: str, args, vocab: int) -> dict:
     seats = args.seats
-    llm = LLM(max_num_seqs=seats, scheduling_policy=policy)
+    llm = LLM(max_num_seqs=seats, scheduling_policy=policy, dtype=args.dtype)
     rng = random.Random(1)
     urgent_params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     loop = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.flood_tokens, ignore_eos=True))
@@ -157,6 +158,7 @@ def priority_flood(policy: str, args, vocab: int) -> dict:
 
     loop.run(feed)
     urgent = [r.ttft for name, r in loop.sent.items() if name.startswith("urgent")]
+    urgent_steps = [r.first_step - r.arrival_step for name, r in loop.sent.items() if name.startswith("urgent")]
     flood = [r for name, r in loop.sent.items() if name.startswith("flood")]
     stats = llm.stats()
     return {
@@ -164,6 +166,8 @@ def priority_flood(policy: str, args, vocab: int) -> dict:
         "step": statistics.median(loop.step_seconds),
         "urgent_p50": pct(urgent, 50),
         "urgent_p99": pct(urgent, 99),
+        "urgent_steps": max(urgent_steps),
+        "step_p99": pct(loop.step_seconds, 99),
         "flood_requests": len(flood),
         "flood_longest_wait_steps": max(r.first_step - r.arrival_step for r in flood),
         "flood_longest_wait_s": max(r.ttft for r in flood),
@@ -176,7 +180,7 @@ def priority_flood(policy: str, args, vocab: int) -> dict:
 
 
 def two_tenants(policy: str, args, vocab: int) -> dict:
-    llm = LLM(max_num_seqs=args.seats, scheduling_policy=policy)
+    llm = LLM(max_num_seqs=args.seats, scheduling_policy=policy, dtype=args.dtype)
     rng = random.Random(2)
     loop = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.fair_tokens, ignore_eos=True))
     sent = [False]
@@ -206,7 +210,8 @@ def two_tenants(policy: str, args, vocab: int) -> dict:
         )
 
     light, heavy = tokens("light", light_done), tokens("heavy", light_done)
-    heavy_after, light_after = tokens("heavy", after=light_done), tokens("light", after=light_done)
+    light_gone = max(r.finished for r in loop.sent.values() if r.user == "light")  # heavy alone from here
+    heavy_after, light_after = tokens("heavy", after=light_gone), tokens("light", after=light_gone)
     total = sum(len(r.token_ids) for r in loop.sent.values())
     return {
         "light_share": light / (light + heavy),
@@ -224,8 +229,10 @@ def conversations(args, vocab: int) -> list[list[int]]:
 
 
 def block_bytes(llm: LLM) -> int:
+    """Of the engine's KV blocks of 16 tokens, in its dtype."""
     cfg = llm.engine.core.model_config
-    return 2 * cfg.num_layers * 16 * cfg.num_kv_heads * cfg.head_dim * 2  # bf16 blocks of 16 tokens
+    itemsize = llm.engine.core.executor.runner.dtype.itemsize
+    return 2 * cfg.num_layers * 16 * cfg.num_kv_heads * cfg.head_dim * itemsize
 
 
 def multi_turn(swap_space: float, args, vocab: int, device_blocks: int) -> dict:
@@ -234,6 +241,7 @@ def multi_turn(swap_space: float, args, vocab: int, device_blocks: int) -> dict:
         max_num_seqs=args.conversations,
         max_model_len=4096,
         swap_space=swap_space,
+        dtype=args.dtype,
     )
     rng = random.Random(4)
     firsts = conversations(args, vocab)
@@ -260,13 +268,13 @@ def multi_turn(swap_space: float, args, vocab: int, device_blocks: int) -> dict:
     # Preemption forced: every first turn at once, both tiers emptied first.
     llm.reset_prefix_cache()
     stats_before = llm.stats()
-    burst = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.turn_tokens, ignore_eos=True))
+    burst = Loop(llm, SamplingParams(temperature=0.0, max_tokens=args.burst_tokens, ignore_eos=True))
     queued = [False]
 
     def feed_burst(loop: Loop) -> bool:
         if not queued[0]:
             for c, prompt in enumerate(firsts):
-                loop.send(f"burst-{c}", Sent(prompt))
+                loop.send(f"burst-{c}", Sent(prompt[: args.burst_prompt]))
             queued[0] = True
         return False
 
@@ -286,52 +294,30 @@ def multi_turn(swap_space: float, args, vocab: int, device_blocks: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller runs, to check the script")
-    parser.add_argument("--seats", type=int, default=16, help="max_num_seqs of the priority and fair runs")
-    parser.add_argument("--prompt-tokens", type=int, default=256)
-    parser.add_argument("--flood-tokens", type=int, default=64, help="output tokens of a flood request")
-    parser.add_argument("--flood-depth", type=int, default=3, help="flood requests kept waiting, per seat")
-    parser.add_argument("--flood-seconds", type=float, default=30.0)
-    parser.add_argument("--urgent", type=int, default=40, help="priority-0 requests through the flood")
-    parser.add_argument("--urgent-every", type=float, default=0.7, help="seconds between them")
-    parser.add_argument("--fair-tokens", type=int, default=32)
-    parser.add_argument("--light-requests", type=int, default=12, help="the heavy user sends 10x as many")
-    parser.add_argument("--conversations", type=int, default=16)
-    parser.add_argument("--turns", type=int, default=4)
-    parser.add_argument("--history-tokens", type=int, default=1500, help="first turn's prompt")
-    parser.add_argument("--user-tokens", type=int, default=48, help="each later turn's new message")
-    parser.add_argument("--turn-tokens", type=int, default=32, help="output tokens per turn")
-    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight at once")
-    args = parser.parse_args()
-    if args.quick:
-        args.flood_seconds, args.urgent, args.light_requests, args.conversations = 4.0, 4, 6, 8
-        args.history_tokens, args.turns, args.seats = 300, 2, 8
-    probe = LLM()
-    vocab = probe.engine.core.model_config.vocab_size
-    args.block_bytes = block_bytes(probe)
-    del probe
-
+def priorities(args, vocab: int) -> None:
     print(f"\n1. Priorities: {args.seats} seats, a flood of priority-10 requests kept at {args.flood_depth}x the seats "
           f"waiting for {args.flood_seconds:.0f} s, {args.urgent} priority-0 requests through it; "
           f"{args.prompt_tokens}-token prompts")  # fmt: skip
     print(
-        "| policy | idle TTFT ms | step ms | urgent TTFT p50 ms | urgent TTFT p99 ms | target: p99 <= 2 x idle "
-        "+ step | flood requests | longest flood wait (steps / s) | aging violations | preemptions (priority) |"
+        "| policy | idle TTFT ms | step p50 / p99 ms | urgent TTFT p50 ms | p99 ms | target: p99 <= 2 x idle + step "
+        "p50 | urgent's most steps to first token | flood requests | longest flood wait (steps / s) | "
+        "aging violations | preemptions (priority) |"
     )
-    print("|---|--:|--:|--:|--:|---|--:|--:|--:|--:|")
+    print("|---|--:|--:|--:|--:|---|--:|--:|--:|--:|--:|")
     for policy in ("priority", "fcfs"):
         r = priority_flood(policy, args, vocab)
         bound = 2 * r["idle"] + r["step"]
         met = "met" if r["urgent_p99"] <= bound else "missed"
         print(
-            f"| {policy} | {r['idle'] * 1e3:.0f} | {r['step'] * 1e3:.0f} | {r['urgent_p50'] * 1e3:.0f} | "
-            f"{r['urgent_p99'] * 1e3:.0f} | {met} ({bound * 1e3:.0f} ms) | {r['flood_requests']} | "
+            f"| {policy} | {r['idle'] * 1e3:.0f} | {r['step'] * 1e3:.0f} / {r['step_p99'] * 1e3:.0f} | "
+            f"{r['urgent_p50'] * 1e3:.0f} | {r['urgent_p99'] * 1e3:.0f} | {met} ({bound * 1e3:.0f} ms) | "
+            f"{r['urgent_steps']} | {r['flood_requests']} | "
             f"{r['flood_longest_wait_steps']} / {r['flood_longest_wait_s']:.1f} | {r['violations']} | "
             f"{r['preemptions']} |"
         )
 
+
+def fair_shares(args, vocab: int) -> None:
     print(f"\n2. Fair shares: {args.seats} seats, user 'heavy' sends {10 * args.light_requests} requests and 'light' "
           f"{args.light_requests}, all at once; {args.fair_tokens} output tokens each")  # fmt: skip
     print("| policy | light's share while both wait | target >= 45% | heavy's share once alone | output tok/s |")
@@ -341,6 +327,8 @@ def main() -> None:
         met = "met" if r["light_share"] >= 0.45 else "missed"
         print(f"| {policy} | {r['light_share']:.0%} | {met} | {r['alone_share']:.0%} | {r['tokens_per_s']:.1f} |")
 
+
+def host_tier(args, vocab: int) -> None:
     final = args.history_tokens + (args.turns - 1) * (args.turn_tokens + args.user_tokens) + args.turn_tokens
     device_blocks = max(-(-4096 // 16), args.conversations * final // 16 // 4)  # a quarter of them
     swap = 2 * args.conversations * -(-final // 16) * args.block_bytes / GIB
@@ -362,6 +350,45 @@ def main() -> None:
     ratio = runs["off"]["returning_p50"] / runs["on"]["returning_p50"]
     print(f"\nreturning TTFT p50, off / on: {ratio:.1f}x (target >= 3x: {'met' if ratio >= 3 else 'missed'}); "
           f"greedy outputs identical: {same}/{len(runs['off']['outputs'])}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller runs, to check the script")
+    parser.add_argument("--seats", type=int, default=16, help="max_num_seqs of the priority and fair runs")
+    parser.add_argument("--prompt-tokens", type=int, default=256)
+    parser.add_argument("--flood-tokens", type=int, default=64, help="output tokens of a flood request")
+    parser.add_argument("--flood-depth", type=int, default=3, help="flood requests kept waiting, per seat")
+    parser.add_argument("--flood-seconds", type=float, default=30.0)
+    parser.add_argument("--urgent", type=int, default=40, help="priority-0 requests through the flood")
+    parser.add_argument("--urgent-every", type=float, default=0.7, help="seconds between them")
+    parser.add_argument("--fair-tokens", type=int, default=32)
+    parser.add_argument("--light-requests", type=int, default=12, help="the heavy user sends 10x as many")
+    parser.add_argument("--conversations", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--history-tokens", type=int, default=1500, help="first turn's prompt")
+    parser.add_argument("--user-tokens", type=int, default=48, help="each later turn's new message")
+    parser.add_argument("--turn-tokens", type=int, default=32, help="output tokens per turn")
+    parser.add_argument("--concurrency", type=int, default=4, help="conversations in flight at once")
+    parser.add_argument("--burst-tokens", type=int, default=300, help="output tokens of each request of the burst")
+    parser.add_argument("--burst-prompt", type=int, default=400, help="prompt tokens of each request of the burst")
+    parser.add_argument("--only", type=int, nargs="+", default=[1, 2, 3], help="which of the three to run")
+    parser.add_argument("--dtype", default="auto", help="the engines' dtype (float32: bit-exact prefix hits)")
+    args = parser.parse_args()
+    if args.quick:
+        args.flood_seconds, args.urgent, args.light_requests, args.conversations = 4.0, 4, 6, 8
+        args.history_tokens, args.turns, args.seats = 300, 2, 8
+    probe = LLM(dtype=args.dtype)
+    vocab = probe.engine.core.model_config.vocab_size
+    args.block_bytes = block_bytes(probe)
+    del probe
+
+    if 1 in args.only:
+        priorities(args, vocab)
+    if 2 in args.only:
+        fair_shares(args, vocab)
+    if 3 in args.only:
+        host_tier(args, vocab)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ policy (server/scheduling: first come first served, priorities, fair shares), un
 budget and a sequence cap. When blocks run out, the running sequence furthest back in that
 order (the most recently admitted, first come first served) is preempted: its blocks are freed,
 it is recomputed later, and it keeps its place in the queue. Under the priority policy a
-waiting request also preempts running ones behind it when it cannot be admitted. With LoRA, a
+waiting request also preempts running ones behind it when it cannot be admitted, and the
+prefill chunks of running ones behind it leave room for its first chunk. With LoRA, a
 waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
 its place, until one idles; the ones behind it may go first. So is a sequence whose grammar is
 still compiling. With speculative decoding, a running decode computes its last token and the
@@ -98,16 +99,24 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         self.steps += 1
-        if self.policy == "priority":
-            self._preempt_for_priority(out)
         budget = self.max_num_batched_tokens
+        # Under priorities: the first waiting sequence, when it can be admitted now (after the
+        # preemptions it needs), has its first chunk's tokens set aside from the prefill chunks
+        # of running sequences behind it, so that it starts this step.
+        first = self._preempt_for_priority(out) if self.policy == "priority" else None
+        reserve = 0 if first is None else self._first_chunk(first, budget)
         # Victims are taken from the back: under priorities, the running sequence furthest behind.
-        queue = deque(sorted(self.running, key=self.waiting.place) if self.policy == "priority" else self.running)
+        place = self.waiting.place
+        queue = deque(sorted(self.running, key=place) if self.policy == "priority" else self.running)
         speculating = self.speculator is not None and self.speculator.active(len(self.running))
         memory_short = False
         while queue and budget > 0:
             seq = queue.popleft()
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            remaining = seq.num_tokens - seq.num_computed_tokens
+            room = budget - reserve if reserve and remaining > 1 and place(seq) > place(first) else budget
+            if room <= 0:  # a prefill behind the reserve: it goes on next step
+                continue
+            num_new = min(remaining, room)
             if speculating and num_new == seq.num_tokens - seq.num_computed_tokens == 1:
                 draft = self.speculator.propose(seq, budget - 1)
                 lookahead = self.speculator.lookahead(seq, 1 + len(draft))
@@ -185,13 +194,14 @@ class Scheduler:
         request = seq.request
         return not request.waiting_for_grammar and (self.adapters is None or self.adapters.can_admit(request))
 
-    def _preempt_for_priority(self, out: SchedulerOutput) -> None:
+    def _preempt_for_priority(self, out: SchedulerOutput) -> Sequence | None:
         """While the first ready waiting sequence has no seat or no blocks for its first chunk,
-        preempts the running sequence furthest behind it that has run MIN_RUN_STEPS steps."""
+        preempts the running sequence furthest behind it that has run MIN_RUN_STEPS steps.
+        Returns that sequence if it can be admitted now."""
         place = self.waiting.place
         first = next((seq for seq in self.waiting if self._ready(seq)), None)
         if first is None:
-            return
+            return None
         while not (self._has_seat(first, self._reserved_seats()) and self._has_blocks(first)):
             victims = [
                 seq
@@ -199,15 +209,20 @@ class Scheduler:
                 if place(seq) > place(first) and self.steps - seq.admitted_step >= MIN_RUN_STEPS
             ]
             if not victims:
-                return
+                return None
             victim = max(victims, key=place)
             self._preempt(victim, "priority")
             out.preempted.append(victim)
+        return first
 
     def _has_blocks(self, seq: Sequence) -> bool:
-        cached, loaded, remaining = self._uncached(seq)
-        num_new = 0 if loaded else min(remaining, self.max_num_batched_tokens)
-        return self.kv.can_allocate(seq, num_new, cached, loaded)
+        cached, loaded, _ = self._uncached(seq)
+        return self.kv.can_allocate(seq, self._first_chunk(seq, self.max_num_batched_tokens), cached, loaded)
+
+    def _first_chunk(self, seq: Sequence, budget: int) -> int:
+        """The tokens a waiting sequence computes in its first step (none while its blocks load)."""
+        _, loaded, remaining = self._uncached(seq)
+        return 0 if loaded else min(remaining, budget)
 
     def _preempt(self, seq: Sequence, cause: str) -> None:
         self.running.remove(seq)
