@@ -100,23 +100,21 @@ class Scheduler:
         out = SchedulerOutput()
         self.steps += 1
         budget = self.max_num_batched_tokens
-        # Under priorities: the first waiting sequence, when it can be admitted now (after the
-        # preemptions it needs), has its first chunk's tokens set aside from the prefill chunks
-        # of running sequences behind it, so that it starts this step.
-        first = self._preempt_for_priority(out) if self.policy == "priority" else None
-        reserve = 0 if first is None else self._first_chunk(first, budget)
-        # Victims are taken from the back: under priorities, the running sequence furthest behind.
+        # Under priorities, a waiting sequence ahead of running ones that can be admitted now
+        # (after the preemptions it needs) jumps: its first step carries it and the running
+        # decodes, while the prefill chunks behind it wait a step.
         place = self.waiting.place
+        jumping = self._preempt_for_priority(out) if self.policy == "priority" else None
+        # Victims are taken from the back: under priorities, the running sequence furthest behind.
         queue = deque(sorted(self.running, key=place) if self.policy == "priority" else self.running)
         speculating = self.speculator is not None and self.speculator.active(len(self.running))
         memory_short = False
         while queue and budget > 0:
             seq = queue.popleft()
             remaining = seq.num_tokens - seq.num_computed_tokens
-            room = budget - reserve if reserve and remaining > 1 and place(seq) > place(first) else budget
-            if room <= 0:  # a prefill behind the reserve: it goes on next step
+            if jumping is not None and remaining > 1 and place(seq) > place(jumping):
                 continue
-            num_new = min(remaining, room)
+            num_new = min(remaining, budget)
             if speculating and num_new == seq.num_tokens - seq.num_computed_tokens == 1:
                 draft = self.speculator.propose(seq, budget - 1)
                 lookahead = self.speculator.lookahead(seq, 1 + len(draft))
@@ -138,16 +136,17 @@ class Scheduler:
                 out.scheduled.append(ScheduledSequence(seq, num_new))
                 budget -= num_new
         if not memory_short:
-            budget = self._admit(out, budget)
+            budget = self._admit(out, budget, jumping)
         out.blocks_to_copy = self.kv.take_pending_copies()
         out.host_stores, out.host_loads = self.kv.take_host_copies()
         self.waiting.charge(out.scheduled)
         return out
 
-    def _admit(self, out: SchedulerOutput, budget: int) -> int:
+    def _admit(self, out: SchedulerOutput, budget: int, jumping: Sequence | None = None) -> int:
+        """Admits waiting sequences in order while they fit; after `jumping`, none."""
         reserved = self._reserved_seats()
         for seq in self.waiting.ordered():
-            if budget <= 0 or not self._has_seat(seq, reserved):
+            if budget <= 0 or not self._has_seat(seq, reserved) or (jumping is not None and jumping.is_running):
                 break
             if not self._ready(seq):  # passed over, keeping its place
                 continue
@@ -196,24 +195,24 @@ class Scheduler:
 
     def _preempt_for_priority(self, out: SchedulerOutput) -> Sequence | None:
         """While the first ready waiting sequence has no seat or no blocks for its first chunk,
-        preempts the running sequence furthest behind it that has run MIN_RUN_STEPS steps.
-        Returns that sequence if it can be admitted now."""
+        preempts the running sequence furthest behind it, passing over one preempted for
+        priority before that has not yet run MIN_RUN_STEPS steps since its return. Returns the
+        waiting sequence if it is ahead of a running one and can be admitted now."""
         place = self.waiting.place
         first = next((seq for seq in self.waiting if self._ready(seq)), None)
-        if first is None:
+        if first is None or not any(place(seq) > place(first) for seq in self.running):
             return None
         while not (self._has_seat(first, self._reserved_seats()) and self._has_blocks(first)):
-            victims = [
-                seq
-                for seq in self.running
-                if place(seq) > place(first) and self.steps - seq.admitted_step >= MIN_RUN_STEPS
-            ]
+            victims = [seq for seq in self.running if place(seq) > place(first) and self._may_preempt(seq)]
             if not victims:
                 return None
             victim = max(victims, key=place)
             self._preempt(victim, "priority")
             out.preempted.append(victim)
         return first
+
+    def _may_preempt(self, seq: Sequence) -> bool:
+        return not seq.preempted_for_priority or self.steps - seq.admitted_step >= MIN_RUN_STEPS
 
     def _has_blocks(self, seq: Sequence) -> bool:
         cached, loaded, _ = self._uncached(seq)
@@ -230,6 +229,7 @@ class Scheduler:
         seq.num_computed_before_preemption = seq.num_computed_tokens
         seq.num_computed_tokens = 0
         seq.preempted = True
+        seq.preempted_for_priority = seq.preempted_for_priority or cause == "priority"
         seq.status = SequenceStatus.WAITING
         self.waiting.add(seq)  # back to its place, ahead of everything that arrived after it
         self.preemptions[cause] += 1

@@ -37,6 +37,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.preempted = False  # recomputed after losing its blocks at least once
         self.num_computed_before_preemption = 0  # at its latest preemption
+        self.preempted_for_priority = False  # then protected for MIN_RUN_STEPS after each return
         self.finish_reason: str | None = None
         self.stop_reason: int | None = None  # the stop token id that ended it
         self.speculation: SpeculativeState | None = None  # with speculative decoding, once it decodes
@@ -61,6 +62,10 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is SequenceStatus.FINISHED
+
+    @property
+    def is_running(self) -> bool:
+        return self.status is SequenceStatus.RUNNING
 
     def fork(self, seq_id: int, index: int) -> Sequence:
         """A sibling with the same tokens and progress; blocks are shared by the caller."""

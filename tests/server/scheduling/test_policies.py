@@ -58,20 +58,42 @@ def test_under_a_flood_of_higher_priority_no_request_waits_past_its_aging_bound(
     assert "low" in sim.admitted_at and sim.admitted_at["low"] <= 12 * AGING_STEPS
 
 
-def test_a_higher_priority_preempts_for_a_seat_only_after_the_victim_ran_min_run_steps():
-    sim = Simulation("priority", max_num_seqs=2)
+def test_a_higher_priority_preempts_for_a_seat_at_once_and_the_victim_again_only_after_min_run_steps():
+    sim = Simulation("priority", max_num_seqs=1)
     sim.add("a", 4, 1000, priority=5)
-    sim.add("b", 4, 1000, priority=7)
     sim.step()
-    sim.add("urgent", 4, 3, priority=0)
-    first = sim.scheduler.steps + 1
-    while "urgent" not in sim.admitted_at:
+    sim.add("u1", 4, 3, priority=0)
+    sim.step()
+    assert sim.admitted_at["u1"] == sim.scheduler.steps  # a had never given way: it does at once
+    while "u1" not in sim.finished_at:
         sim.step()
-    # b, the one furthest behind, gave way; not before it had run MIN_RUN_STEPS steps.
-    assert sim.admitted_at["urgent"] - 1 >= MIN_RUN_STEPS and sim.admitted_at["urgent"] <= first + MIN_RUN_STEPS
-    assert sim.scheduler.preemptions == {"memory": 0, "priority": 1}
-    assert [s.request.request_id for s in sim.scheduler.running] == ["a", "urgent"]
-    assert order(sim) == ["b"]
+    sim.step()
+    (a,) = sim.scheduler.running
+    returned = a.admitted_step
+    assert a.request.request_id == "a" and returned == sim.scheduler.steps
+    sim.add("u2", 4, 3, priority=0)
+    while "u2" not in sim.admitted_at:
+        sim.step()
+    # Preempted for priority once, a runs MIN_RUN_STEPS steps after its return before it gives way again.
+    assert sim.admitted_at["u2"] == returned + MIN_RUN_STEPS
+    assert sim.scheduler.preemptions == {"memory": 0, "priority": 2}
+
+
+def test_a_jumping_request_s_first_step_carries_it_and_the_decodes_only():
+    sim = Simulation("priority", max_num_seqs=4, max_num_batched_tokens=16)
+    sim.add("decode", 4, 100, priority=10)
+    sim.add("long", 64, 4, priority=10)  # 12 of its tokens go in the first step, 16 in each after
+    sim.step()
+    sim.add("urgent", 8, 2, priority=0)
+    sim.add("later", 4, 2, priority=10)
+    sim.step()
+    assert {item.seq.request.request_id: item.num_new_tokens for item in sim.last.scheduled} == {
+        "decode": 1,
+        "urgent": 8,
+    }
+    sim.step()
+    assert {item.seq.request.request_id for item in sim.last.scheduled} == {"decode", "urgent", "long"}
+    assert order(sim) == ["later"]  # long's chunk took the rest of the budget
 
 
 def test_a_higher_priority_preempts_for_blocks():
