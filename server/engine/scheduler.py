@@ -135,11 +135,11 @@ class Scheduler:
             else:
                 out.scheduled.append(ScheduledSequence(seq, num_new))
                 budget -= num_new
+        self.waiting.charge(out.scheduled)  # admissions are charged as they are made: fair shares order them
         if not memory_short:
             budget = self._admit(out, budget, jumping)
         out.blocks_to_copy = self.kv.take_pending_copies()
         out.host_stores, out.host_loads = self.kv.take_host_copies()
-        self.waiting.charge(out.scheduled)
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int, jumping: Sequence | None = None) -> int:
@@ -171,6 +171,7 @@ class Scheduler:
             self.running.append(seq)
             if num_new:
                 out.scheduled.append(ScheduledSequence(seq, num_new))
+                self.waiting.charge(out.scheduled[-1:])
                 budget -= num_new
         return budget
 

@@ -142,6 +142,16 @@ def test_fair_shares_admit_the_least_served_user_first_and_a_lone_user_gets_ever
     assert sim.served["light"] / (sim.served["light"] + sim.served["heavy"]) >= 0.45
 
 
+def test_fair_admissions_in_one_step_alternate_between_users():
+    sim = Simulation("fair", max_num_seqs=6, num_blocks=256)
+    for i in range(10):
+        sim.add(f"heavy-{i}", 8, 4, user="heavy")
+    for i in range(3):
+        sim.add(f"light-{i}", 8, 4, user="light")
+    sim.step()  # each admission is charged as it is made: the next comes from the other user
+    assert sorted(item.seq.request.user for item in sim.last.scheduled) == ["heavy"] * 3 + ["light"] * 3
+
+
 def test_a_user_back_from_idle_starts_level_and_banks_no_credit():
     sim = Simulation("fair", max_num_seqs=1, num_blocks=256)
     sim.add("a-0", 8, 4, user="a")
