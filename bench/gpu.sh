@@ -48,7 +48,7 @@ fi
 python3 -c "import argosy.server.engine.llm_engine" || exit 1
 
 GPU_TESTS=(tests/kernels --ignore=tests/kernels/test_triton_sm90.py tests/server/worker/test_cuda_graphs.py
-           tests/server/models/test_triton_backend.py tests/server/models/test_fp8.py)
+           tests/server/models/test_triton_backend.py tests/server/models/test_fp8.py tests/server/kv_tier)
 # In a process of its own: Triton's caches hold only what this engine compiled.
 VARIANTS_TEST=(tests/server/worker/test_kernel_variants.py)
 if [[ $DRY_RUN == 1 ]]; then

@@ -4,8 +4,8 @@ policy (server/scheduling: first come first served, priorities, fair shares), un
 budget and a sequence cap. When blocks run out, the running sequence furthest back in that
 order (the most recently admitted, first come first served) is preempted: its blocks are freed,
 it is recomputed later, and it keeps its place in the queue. Under the priority policy a
-waiting request also preempts running ones behind it when it cannot be admitted, and the
-prefill chunks of running ones behind it leave room for its first chunk. With LoRA, a
+waiting request also preempts running ones behind it when it cannot be admitted, and the step
+that admits it carries it and the running decodes only (prefill chunks behind it wait). With LoRA, a
 waiting sequence whose adapter can get no device slot (all are held) is passed over, keeping
 its place, until one idles; the ones behind it may go first. So is a sequence whose grammar is
 still compiling. With speculative decoding, a running decode computes its last token and the

@@ -5,6 +5,7 @@ most its last, partial block."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from argosy.server.kv_tier.host_cache import HostKVCache
@@ -62,6 +63,21 @@ def test_copies_store_before_they_load_and_round_trip_blocks():
     cache.copy(kv, [], [(0, 4)])
     assert torch.equal(kv[:, :, 4], original[:, :, 1])
     assert torch.equal(kv[:, :, [0, 2, 3]], original[:, :, [0, 2, 3]])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the side stream and pinned slots need CUDA")
+def test_on_cuda_a_store_reads_blocks_before_the_step_overwrites_them_and_loads_land_before_the_next():
+    device = torch.device("cuda")
+    cache = HostKVCache(8, (4, 2, BLOCK, 2, 64), torch.float16, device)
+    kv = torch.randn(4, 2, 16, BLOCK, 2, 64, device=device, dtype=torch.float16)
+    original = kv.clone()
+    cache.copy(kv, [(b, b) for b in range(8)], [])
+    kv.zero_()  # the step's writes, queued on the current stream right after the copies
+    cache.copy(kv, [], [(b, 8 + b) for b in range(8)])
+    cache.copy(kv, [], [])  # the next step starts by waiting for them
+    kv[:, :, 8:].mul_(2)  # and then reads what was loaded
+    torch.cuda.synchronize()
+    assert torch.equal(kv[:, :, 8:], 2 * original[:, :, :8]) and not kv[:, :, :8].any()
 
 
 def distinct_prompt(start: int, length: int) -> list[int]:
