@@ -4,7 +4,7 @@ Nothing here ever touches the network."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -37,14 +37,24 @@ def find_shards(folder: str | Path) -> list[Path]:
     return shards
 
 
-def iter_tensors(folder: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_tensors(
+    folder: str | Path, part_of: Callable[[str], tuple[int, int, int] | None] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """Yields (name, tensor) for every tensor of every shard; tensors are views of the
-    memory-mapped file until the caller copies them."""
+    memory-mapped file until the caller copies them. `part_of(name)`: the (dimension, start,
+    length) of the tensor to read, for a tensor read in part (only those bytes are read)."""
     for shard in find_shards(folder):
         try:
             with safe_open(str(shard), framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    yield name, f.get_tensor(name)
+                    part = part_of(name) if part_of is not None else None
+                    if part is None:
+                        yield name, f.get_tensor(name)
+                        continue
+                    dim, start, length = part
+                    index = [slice(None)] * len(f.get_slice(name).get_shape())
+                    index[dim] = slice(start, start + length)
+                    yield name, f.get_slice(name)[tuple(index)]
         except (SafetensorError, OSError, RuntimeError) as exc:
             raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
 

@@ -2,10 +2,13 @@
 differ only in the flags of ModelConfig: q/k/v bias (Qwen2) and per-head q/k RMSNorm (Qwen3).
 Attention, the KV-cache writes, the norms, rotary and the activation come from its attention
 backend (the residual add is fused into the next norm); the linear layers come from a
-LinearFactory, in the weight format it picks."""
+LinearFactory, in the weight format it picks. With tensor parallelism the model is built from
+one rank's share of the heads and the MLP, and `all_reduce` sums the partial outputs of the
+attention's and the MLP's last projections across the ranks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -16,11 +19,14 @@ from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
 
+Reduce = Callable[[torch.Tensor], torch.Tensor] | None  # sums a partial output across ranks; None: one rank
+
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, linears: LinearFactory):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, linears: LinearFactory, all_reduce: Reduce = None):
         super().__init__()
         self.backend = backend
+        self.all_reduce = all_reduce
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
@@ -40,16 +46,17 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
-        return self.o_proj(self.backend.forward(q, k, v, kv_cache, meta, self.scale))
+        out = self.o_proj(self.backend.forward(q, k, v, kv_cache, meta, self.scale))
+        return out if self.all_reduce is None else self.all_reduce(out)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, linears: LinearFactory):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, linears: LinearFactory, all_reduce: Reduce = None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
-        self.self_attn = Attention(cfg, backend, linears)
+        self.self_attn = Attention(cfg, backend, linears, all_reduce)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, backend.kernels, linears)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, backend.kernels, linears, all_reduce)
 
     def forward(
         self,
@@ -70,11 +77,18 @@ class DecoderLayer(nn.Module):
 class CausalLM(nn.Module):
     """Token ids of a flattened batch in, final hidden states out; logits on request."""
 
-    def __init__(self, cfg: ModelConfig, max_position: int, backend: AttentionBackend, linears: LinearFactory = PLAIN):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        max_position: int,
+        backend: AttentionBackend,
+        linears: LinearFactory = PLAIN,
+        all_reduce: Reduce = None,
+    ):
         super().__init__()
         self.config = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears, all_reduce) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
         self.lm_head = None if cfg.tie_word_embeddings else linears("lm_head", cfg.hidden_size, cfg.vocab_size)
         self.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels)

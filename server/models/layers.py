@@ -5,6 +5,7 @@ the same modules, and their checkpoint parameter names, serve both paths."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -29,18 +30,26 @@ class RMSNorm(nn.Module):
 
 
 class GatedMLP(nn.Module):
-    """down(silu(gate(x)) * up(x)), with gate and up fused into one matmul."""
+    """down(silu(gate(x)) * up(x)), with gate and up fused into one matmul; with tensor
+    parallelism, a share of the features, whose partial output `all_reduce` sums."""
 
     def __init__(
-        self, hidden: int, intermediate: int, kernels: LayerKernels = TORCH_KERNELS, linears: LinearFactory = PLAIN
+        self,
+        hidden: int,
+        intermediate: int,
+        kernels: LayerKernels = TORCH_KERNELS,
+        linears: LinearFactory = PLAIN,
+        all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ):
         super().__init__()
         self.gate_up_proj = linears("gate_up_proj", hidden, 2 * intermediate)
         self.down_proj = linears("down_proj", intermediate, hidden)
         self.kernels = kernels
+        self.all_reduce = all_reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))
+        out = self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))
+        return out if self.all_reduce is None else self.all_reduce(out)
 
 
 class RotaryEmbedding(nn.Module):

@@ -18,6 +18,7 @@ from argosy.server.models.layers import RotaryEmbedding
 from argosy.server.models.linear import process_weights
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.group import SINGLE, TensorParallel
 
 _FUSED = {
     "q_proj": ("qkv_proj", 0),
@@ -36,23 +37,26 @@ def load_model(
     max_position: int,
     backend: AttentionBackend,
     linears: LinearFactory = PLAIN,
+    shards: TensorParallel = SINGLE,
 ) -> CausalLM:
     """The model with its linear layers in the formats `linears` picks, filled from the
-    checkpoint (each weight loaded as stored, then processed into its format)."""
+    checkpoint (each weight loaded as stored, then processed into its format). With tensor
+    parallelism, this rank's share of it, read from the checkpoint alone."""
+    layout, local = shards.layout, shards.layout.local_config(cfg)
     with torch.device("meta"), _default_dtype(dtype):
-        model = CausalLM(cfg, max_position, backend, linears)
+        model = CausalLM(local, max_position, backend, linears, shards.all_reduce)
     model.to_empty(device=device)
     # Buffers do not survive to_empty; the rotary tables are recomputed on the device.
     model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels).to(device)
     params = dict(model.named_parameters())
     loaded: set[tuple[str, int]] = set()
-    for name, tensor in iter_tensors(cfg.path):
+    for name, tensor in iter_tensors(cfg.path, lambda name: layout.shard(name, cfg)):
         if _IGNORED.match(name) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
             continue
         target, part = _target(name)
         if target not in params:
             raise CheckpointError(cfg.path, f"unexpected tensor {name!r} for {cfg.architecture}")
-        dest = _slice(params[target], part, cfg, target)
+        dest = _slice(params[target], part, local, target)
         if dest.shape != tensor.shape:
             raise CheckpointError(
                 cfg.path, f"tensor {name!r} has shape {list(tensor.shape)}, expected {list(dest.shape)}"

@@ -1,0 +1,78 @@
+"""ShardLayout: what one rank of a tensor-parallel group holds, as pure functions of the model's
+shape. Attention heads and the MLP's intermediate features are split across the ranks: q, k, v
+and gate, up by their output rows (columns of the product), o and down by their input columns
+(rows of the product), which an all-reduce then sums. KV heads are split too, or, with more
+ranks than KV heads, each is replicated on the ranks whose query heads read it (as vLLM does).
+The embedding, the final norm and the LM head are replicated: the logits come out whole on
+every rank, with no gather after the head."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.models.model_config import ModelConfig
+
+# Checkpoint tensors by how they split: their output rows, or their input columns.
+_BY_ROWS = {"q_proj": "q", "k_proj": "kv", "v_proj": "kv", "gate_proj": "mlp", "up_proj": "mlp"}
+_BY_COLUMNS = {"o_proj": "q", "down_proj": "mlp"}
+
+
+def check_tensor_parallel(cfg: ModelConfig, size: int) -> None:
+    """Refuses, with the numbers, a size the model's heads or MLP cannot be split by."""
+    heads, kv = cfg.num_heads, cfg.num_kv_heads
+    why = None
+    if size < 1:
+        why = f"tensor_parallel_size must be at least 1, got {size}"
+    elif heads % size:
+        why = f"the model has {heads} attention heads, which {size} ranks cannot share equally"
+    elif kv % size and size % kv:
+        why = (
+            f"the model has {kv} KV heads: {size} ranks can neither share them equally nor each "
+            f"replicate one ({size} is not a multiple of {kv})"
+        )
+    elif cfg.intermediate_size % size:
+        why = f"the model's MLP has {cfg.intermediate_size} features, which {size} ranks cannot share equally"
+    if why is not None:
+        raise InvalidRequestError(why, param="tensor_parallel_size")
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    rank: int
+    size: int
+
+    def local_config(self, cfg: ModelConfig) -> ModelConfig:
+        """The model as this rank builds it: its share of the heads and of the MLP."""
+        return dataclasses.replace(
+            cfg,
+            num_heads=cfg.num_heads // self.size,
+            num_kv_heads=max(1, cfg.num_kv_heads // self.size),
+            intermediate_size=cfg.intermediate_size // self.size,
+        )
+
+    def kv_head(self, cfg: ModelConfig) -> int:
+        """The first KV head this rank holds (with replication, the one its query heads read)."""
+        if cfg.num_kv_heads >= self.size:
+            return self.rank * (cfg.num_kv_heads // self.size)
+        return self.rank // (self.size // cfg.num_kv_heads)
+
+    def shard(self, name: str, cfg: ModelConfig) -> tuple[int, int, int] | None:
+        """(dimension, start, length) of the checkpoint tensor `name` that this rank reads;
+        None for a tensor every rank holds whole."""
+        if self.size == 1:
+            return None
+        module = name.split(".")[-2] if name.count(".") else ""
+        kind = _BY_ROWS.get(module) or _BY_COLUMNS.get(module)
+        if kind is None:
+            return None
+        dim = 0 if module in _BY_ROWS else 1  # o and down have no bias in these architectures
+        local = self.local_config(cfg)
+        if kind == "q":
+            length = local.num_heads * cfg.head_dim
+            return dim, self.rank * length, length
+        if kind == "kv":
+            length = local.num_kv_heads * cfg.head_dim
+            return dim, self.kv_head(cfg) * cfg.head_dim, length
+        return dim, self.rank * local.intermediate_size, local.intermediate_size

@@ -1,0 +1,103 @@
+"""One model split across ranks (processes joined by gloo, as on a CPU host): each rank reads only
+its slices of the checkpoint, holds about 1/N of the sharded weights, and the ranks' forward pass
+gives the logits of the whole model, through prefill and decode over the paged cache, with the KV
+heads split (N = 2) and replicated (N = 4, more ranks than the checkpoint's 2 KV heads)."""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from argosy.kernels.attention_backend import select_backend
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.models.loader import load_model
+from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.group import SINGLE, join_group
+from argosy.server.parallel.layout import ShardLayout, check_tensor_parallel
+from argosy.server.worker.startup_report import tensor_bytes
+from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
+
+BLOCK = 16
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [200, 3], list(range(3, 40))]
+
+
+def run_steps(cfg: ModelConfig, shards) -> tuple[torch.Tensor, int]:
+    """Logits of a prefill of PROMPTS, then of one decode step for each; and the weights' bytes."""
+    device = torch.device("cpu")
+    backend = select_backend("torch", device, cfg.num_kv_heads)
+    model = load_model(cfg, torch.float32, device, 512, backend, shards=shards)
+    local = shards.layout.local_config(cfg)
+    cache = torch.zeros(cfg.num_layers, 2, 12, BLOCK, local.num_kv_heads, cfg.head_dim)
+    tables = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    logits = []
+    with torch.inference_mode():
+        prefill = [SequenceChunk(p, 0, t, True) for p, t in zip(PROMPTS, tables)]
+        decode = [SequenceChunk([17], len(p), t, True) for p, t in zip(PROMPTS, tables)]
+        for chunks in (prefill, decode):
+            inputs = prepare_inputs(chunks, BLOCK, device, backend)
+            hidden = model(inputs.input_ids, inputs.positions, cache, inputs.attention)
+            logits.append(model.compute_logits(hidden[inputs.logits_rows]))
+    return torch.cat(logits), tensor_bytes(model)
+
+
+def rank_main(rank: int, size: int, path: str, rendezvous: str, results) -> None:
+    torch.set_num_threads(1)
+    try:
+        cfg = ModelConfig.from_folder(path)
+        shards = join_group(rank, size, rendezvous, torch.device("cpu"))
+        logits, weight_bytes = run_steps(cfg, shards)
+        results.put((rank, logits.tolist(), weight_bytes))  # plain data: the process ends next
+    except BaseException:
+        results.put((rank, traceback.format_exc(), 0))
+
+
+def run_ranks(path, size: int, tmp_path) -> dict[int, tuple[torch.Tensor, int]]:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=rank_main, args=(rank, size, str(path), f"file://{tmp_path}/rendezvous", results))
+        for rank in range(size)
+    ]
+    for proc in procs:
+        proc.start()
+    found = {}
+    for _ in range(size):
+        rank, logits, weight_bytes = results.get(timeout=300)
+        assert not isinstance(logits, str), f"rank {rank} failed:\n{logits}"
+        found[rank] = (torch.tensor(logits), weight_bytes)
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    return found
+
+
+@pytest.mark.parametrize("size", [2, 4], ids=["kv-split", "kv-replicated"])
+def test_ranks_give_the_whole_models_logits_each_holding_its_share(llama_checkpoint, size, tmp_path):
+    cfg = ModelConfig.from_folder(llama_checkpoint)
+    whole_logits, whole_bytes = run_steps(cfg, SINGLE)
+    ranks = run_ranks(llama_checkpoint, size, tmp_path)
+    replicated = 2 * cfg.vocab_size * cfg.hidden_size + (2 * cfg.num_layers + 1) * cfg.hidden_size
+    sharded = (whole_bytes // 4) - replicated  # float32 elements of the split layers
+    for rank, (logits, weight_bytes) in ranks.items():
+        torch.testing.assert_close(logits, whole_logits, rtol=1e-5, atol=1e-5)
+        local = ShardLayout(rank, size).local_config(cfg)
+        kv_whole = 2 * cfg.num_layers * cfg.hidden_size * cfg.num_kv_heads * cfg.head_dim
+        kv_local = kv_whole // cfg.num_kv_heads * local.num_kv_heads
+        expected = replicated + (sharded - kv_whole) // size + kv_local  # KV projections replicated past 2 ranks
+        assert weight_bytes == 4 * expected, (rank, weight_bytes, 4 * expected)
+
+
+def test_sizes_the_heads_cannot_be_split_by_are_refused_with_the_numbers(llama_checkpoint):
+    cfg = ModelConfig.from_folder(llama_checkpoint)  # 4 heads, 2 KV heads, 128 MLP features
+    check_tensor_parallel(cfg, 4)
+    with pytest.raises(InvalidRequestError, match="4 attention heads, which 3 ranks") as caught:
+        check_tensor_parallel(cfg, 3)
+    assert caught.value.param == "tensor_parallel_size"
+    with pytest.raises(InvalidRequestError, match="3 KV heads"):
+        check_tensor_parallel(dataclasses.replace(cfg, num_heads=12, num_kv_heads=3), 2)
+    with pytest.raises(InvalidRequestError, match="MLP has 130 features"):
+        check_tensor_parallel(dataclasses.replace(cfg, intermediate_size=130), 4)
