@@ -46,6 +46,11 @@ class EngineConfig:
         None, "longest prompt + output, in tokens; default: the checkpoint's max_position_embeddings"
     )
     max_num_seqs: int = setting(256, "most sequences in one step")
+    tensor_parallel_size: int = setting(
+        1,
+        "ranks that split each layer's heads and MLP, a process and a device each (on CPU, processes sharing the "
+        "host's cores), within one node",
+    )
     scheduling_policy: SchedulingPolicy = setting(
         "fcfs",
         "which waiting request runs next: fcfs (by arrival), priority (a request's priority, lower first, aged by "
@@ -112,6 +117,7 @@ class EngineConfig:
         for name in (
             "block_size",
             "max_num_seqs",
+            "tensor_parallel_size",
             "max_num_batched_tokens",
             "max_model_len",
             "kv_cache_memory",
@@ -135,6 +141,12 @@ class EngineConfig:
                 param="gpu_memory_utilization",
             )
         self._check_swap_space()
+        spec = SpeculativeConfig.parse(self.speculative_config)
+        if self.tensor_parallel_size > 1 and (self.enable_lora or (spec is not None and spec.method == "draft_model")):
+            raise InvalidRequestError(
+                "tensor_parallel_size above 1 does not serve LoRA adapters or a draft model yet",
+                param="tensor_parallel_size",
+            )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise InvalidRequestError(
                 f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -13,11 +14,14 @@ import torch.distributed as dist
 
 from argosy.server.parallel.layout import ShardLayout
 
+_TIMEOUT = timedelta(minutes=10)  # a rank loading a large checkpoint may be slow to arrive
+
 
 @dataclass(frozen=True)
 class TensorParallel:
     layout: ShardLayout
-    group: Any = None  # the ranks' process group; None with one rank
+    group: Any = None  # the ranks' process group for the device's collectives; None with one rank
+    cpu_group: Any = None  # the same ranks over gloo, for the plans and the start-up figures
 
     @property
     def all_reduce(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -27,18 +31,37 @@ class TensorParallel:
         group = self.group
 
         def reduce(x: torch.Tensor) -> torch.Tensor:
-            dist.all_reduce(x, group=group)
+            group.allreduce([x]).wait()
             return x
 
         return reduce
+
+    def min_over_ranks(self, value: int) -> int:
+        """The smallest of every rank's `value` (each rank's KV budget: the smallest wins)."""
+        if self.layout.size == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64)
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MIN
+        self.cpu_group.allreduce([tensor], options).wait()
+        return int(tensor.item())
+
+    def broadcast(self, tensor: torch.Tensor) -> None:
+        """Rank 0's `tensor` into every rank's, over the CPU channel."""
+        self.cpu_group.broadcast(tensor, 0).wait()
 
 
 SINGLE = TensorParallel(ShardLayout(0, 1))
 
 
-def join_group(rank: int, size: int, init_method: str, device: torch.device) -> TensorParallel:
-    """Joins the ranks' group (every rank calls this with the same `init_method`, a
-    `tcp://host:port` or `file://` rendezvous) and returns this rank's place in it."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size)
-    return TensorParallel(ShardLayout(rank, size), dist.group.WORLD)
+def join_group(rank: int, size: int, address: tuple[str, int], device: torch.device) -> TensorParallel:
+    """Joins the ranks' group (rank 0 serves the rendezvous at `address`, the others reach it)
+    and returns this rank's place in it. The groups are made directly, not as torch.distributed's
+    default group, so that one process may hold several engines in its life."""
+    host, port = address
+    store = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=_TIMEOUT)
+    cpu_group = dist.ProcessGroupGloo(dist.PrefixStore("cpu", store), rank, size, _TIMEOUT)
+    group = cpu_group
+    if device.type == "cuda":
+        group = dist.ProcessGroupNCCL(dist.PrefixStore("device", store), rank, size)
+    return TensorParallel(ShardLayout(rank, size), group, cpu_group)

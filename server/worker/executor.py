@@ -13,10 +13,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.group import SINGLE, TensorParallel, join_group
+from argosy.server.parallel.layout import check_tensor_parallel
+from argosy.server.parallel.plan_channel import receive_plan, send_plan
+from argosy.server.parallel.rank_processes import RankProcesses, share_cpu_threads
 from argosy.server.spec_decode.config import SpeculativeConfig
 from argosy.server.spec_decode.draft_model import DraftModel, ProposalStart
 from argosy.server.spec_decode.verifier import DraftVerifier
@@ -35,12 +40,25 @@ log = logging.getLogger("argosy.engine")
 
 
 class InProcessExecutor:
-    def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos_token_ids: tuple[int, ...]):
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: ModelConfig,
+        limits: EngineLimits,
+        eos_token_ids: tuple[int, ...],
+        shards: TensorParallel | None = None,
+    ):
+        """`shards`: this executor's place in a tensor-parallel group, for ranks 1..N-1; rank 0
+        (None) starts them and joins them when tensor_parallel_size > 1."""
         self.config, self.model_config, self.limits = config, model, limits
+        self.eos_token_ids = eos_token_ids
+        self.shards = shards
+        self.ranks: RankProcesses | None = None  # rank 0's view of the other ranks
         self.sampler = Sampler(eos_token_ids)
         self.verifier = DraftVerifier(self.sampler)
         max_blocks = -(-limits.max_model_len // config.block_size)
-        self.states = SequenceStates(max_blocks, resolve_device(config), model.vocab_size, eos_token_ids)
+        rank = 0 if shards is None else shards.layout.rank
+        self.states = SequenceStates(max_blocks, rank_device(config, rank), model.vocab_size, eos_token_ids)
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
         self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
@@ -49,11 +67,12 @@ class InProcessExecutor:
 
     def start(self) -> DeviceReady:
         config, limits = self.config, self.limits
-        device = resolve_device(config)
+        device = rank_device(config, 0 if self.shards is None else self.shards.layout.rank)
         dtype = resolve_dtype(config, self.model_config, device)
         torch.manual_seed(config.seed)
         clock = PhaseClock()
-        runner = self.runner = ModelRunner(self.model_config, config, dtype, device, limits.max_model_len)
+        shards = self.shards = self.shards or self._start_ranks(device)
+        runner = self.runner = ModelRunner(self.model_config, config, dtype, device, limits.max_model_len, shards)
         spec = SpeculativeConfig.parse(config.speculative_config)
         if spec is not None and spec.method == "draft_model":
             self.draft = DraftModel(spec.model, self.model_config, config, dtype, device, limits.max_model_len)
@@ -65,11 +84,12 @@ class InProcessExecutor:
         largest_step = min(limits.max_num_batched_tokens, limits.max_model_len)
         budget = kv_cache_budget(config, device, lambda: runner.profile_peak_bytes(largest_step, config.max_num_seqs))
         clock.lap("profile")
-        block_bytes = kv_bytes_per_block(self.model_config, config.block_size, dtype)
+        block_bytes = kv_bytes_per_block(shards.layout.local_config(self.model_config), config.block_size, dtype)
         if self.draft is not None:  # its cache mirrors the target's, block for block
             block_bytes += self.draft.block_bytes()
         reserved = runner.reserved_blocks
         num_blocks = num_kv_blocks(budget, block_bytes, limits.max_model_len, config.block_size, reserved)
+        num_blocks = shards.min_over_ranks(num_blocks)  # the same block ids on every rank
         for each in runners:
             each.allocate_kv_cache(num_blocks)
         num_host_blocks = int(config.swap_space * (1 << 30)) // block_bytes
@@ -99,33 +119,31 @@ class InProcessExecutor:
         log.info(report.line())
         return DeviceReady(num_blocks, report.line(), num_host_blocks)
 
+    def _start_ranks(self, device: torch.device) -> TensorParallel:
+        """Rank 0's group: the other ranks started, and joined (nothing to do for one rank)."""
+        size = self.config.tensor_parallel_size
+        if size == 1:
+            return SINGLE
+        check_tensor_parallel(self.model_config, size)
+        if device.type == "cuda" and size > torch.cuda.device_count():
+            raise InvalidRequestError(
+                f"tensor_parallel_size {size} needs {size} GPUs; {torch.cuda.device_count()} are visible",
+                param="tensor_parallel_size",
+            )
+        if device.type == "cpu":
+            share_cpu_threads(size)
+        self.ranks = RankProcesses(self.config, self.model_config, self.limits, self.eos_token_ids)
+        return join_group(0, size, self.ranks.address, device)
+
     def execute(self, plan: StepPlan) -> StepResult:
+        if self.ranks is not None:
+            self.ranks.check_alive()
+            send_plan(plan, self.shards)
+        ran = self._forward(plan)
+        if ran is None or not plan.samples:  # only loads, or only partial prefill chunks, ran
+            return StepResult([], [], [])
+        chunks, logits = ran
         states = self.states
-        states.apply(plan)
-        for slot, digest in plan.lora_loads:
-            self.runner.lora.load(slot, self.adapters[digest])
-        self.runner.copy_host_blocks(plan.host_stores, plan.host_loads)
-        if not plan.chunks:  # the step only loaded blocks for sequences that compute from the next
-            return StepResult([], [], [])
-        chunks = []
-        for c in plan.chunks:
-            state = states[c.seq_id]
-            chunks.append(
-                SequenceChunk(
-                    c.token_ids, c.start, state.block_table, c.sample, state.table_row, state.lora_slot, c.num_draft
-                )
-            )
-        logits = self.runner.execute(chunks, plan.block_copies, states.tables)
-        if self.draft is not None:
-            self.draft.mirror(chunks, plan.block_copies, states.tables)
-        if self.variants is not None and (compiled := self.variants.new()):
-            log.warning(
-                "a Triton kernel compiled a variant the start-up warm-up had not, and every request waited for it "
-                "(variants now: %s); please report this with the engine's settings",
-                compiled,
-            )
-        if not plan.samples:  # only partial prefill chunks ran
-            return StepResult([], [], [])
         seqs = [states[s.seq_id] for s in plan.samples]
         drafts = [s.draft for s in plan.samples]
         num_drafted = sum(map(len, drafts))
@@ -150,6 +168,41 @@ class InProcessExecutor:
                         del logprobs[row][ends:]
         drafts = self._propose(plan, chunks, token_ids, errors, complete) if self.draft is not None else []
         return StepResult(token_ids, logprobs, errors, complete, drafts)
+
+    def _forward(self, plan: StepPlan) -> tuple[list[SequenceChunk], torch.Tensor] | None:
+        """The plan's changes taken, its copies made and its forward pass run: the chunks and
+        their logits; None when the step only loaded blocks."""
+        states = self.states
+        states.apply(plan)
+        for slot, digest in plan.lora_loads:
+            self.runner.lora.load(slot, self.adapters[digest])
+        self.runner.copy_host_blocks(plan.host_stores, plan.host_loads)
+        if not plan.chunks:  # the step only loaded blocks for sequences that compute from the next
+            return None
+        chunks = []
+        for c in plan.chunks:
+            state = states[c.seq_id]
+            chunks.append(
+                SequenceChunk(
+                    c.token_ids, c.start, state.block_table, c.sample, state.table_row, state.lora_slot, c.num_draft
+                )
+            )
+        logits = self.runner.execute(chunks, plan.block_copies, states.tables)
+        if self.draft is not None:
+            self.draft.mirror(chunks, plan.block_copies, states.tables)
+        if self.variants is not None and (compiled := self.variants.new()):
+            log.warning(
+                "a Triton kernel compiled a variant the start-up warm-up had not, and every request waited for it "
+                "(variants now: %s); please report this with the engine's settings",
+                compiled,
+            )
+        return chunks, logits
+
+    def follow(self) -> None:
+        """Ranks 1..N-1: runs each plan rank 0 sends (its forward pass: the sampling is rank 0's)
+        until rank 0 says stop."""
+        while (plan := receive_plan(self.shards)) is not None:
+            self._forward(plan)
 
     def _propose(
         self,
@@ -185,19 +238,31 @@ class InProcessExecutor:
         self.states.grammars = grammars
 
     def update_weights(self, path: str) -> None:
+        self._single_rank("update the weights")
         self.runner.update_weights(path)
         log.info("weights updated from %s", path)
 
     def sleep(self, level: int) -> int:
+        self._single_rank("sleep")
         freed = self.runner.sleep(level) + (0 if self.draft is None else self.draft.runner.sleep(level))
         log.info("asleep at level %s: %.1f MiB freed", level, freed / (1 << 20))
         return freed
+
+    def _single_rank(self, what: str) -> None:
+        if self.ranks is not None:
+            raise InvalidRequestError(f"cannot {what} with tensor_parallel_size above 1 yet")
 
     def wake_up(self) -> None:
         self.runner.wake_up()
         if self.draft is not None:
             self.draft.runner.wake_up()
         log.info("awake")
+
+
+def rank_device(config: EngineConfig, rank: int) -> torch.device:
+    """The device of a tensor-parallel rank: its own GPU, or the host's CPU."""
+    device = resolve_device(config)
+    return torch.device("cuda", rank) if device.type == "cuda" else device
 
 
 def _keep(seq: SequenceState, token_ids: list[int]) -> tuple[str | None, int]:

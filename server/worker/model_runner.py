@@ -22,6 +22,7 @@ from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.weight_swap import check_same_tensors, copy_weights, stage_checkpoint
+from argosy.server.parallel.group import SINGLE, TensorParallel
 from argosy.server.spec_decode.config import SpeculativeConfig
 from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_shapes, capture_sizes, graphs_enabled
@@ -40,10 +41,15 @@ class ModelRunner:
         dtype: torch.dtype,
         device: torch.device,
         max_model_len: int,
+        shards: TensorParallel = SINGLE,
     ):
+        """`shards`: with tensor parallelism, this rank's share of the model (its KV cache holds
+        its KV heads only)."""
         self.dtype, self.device, self.engine_config = dtype, device, engine_config
         self.block_size, self.max_model_len = engine_config.block_size, max_model_len
-        self.backend = select_backend(engine_config.attention_backend, device, model_config.num_kv_heads)
+        self.shards = shards
+        self.kv_config = shards.layout.local_config(model_config)  # the KV cache's heads
+        self.backend = select_backend(engine_config.attention_backend, device, self.kv_config.num_kv_heads)
         self.lora_context = LoRAContext()
         self.lora = None  # the adapters' device slots, with LoRA on
         if engine_config.enable_lora:
@@ -63,7 +69,7 @@ class ModelRunner:
         with the LoRA layers attached, and the graphs over it (captured later)."""
         config, device = self.engine_config, self.device
         linears = LinearFactory.for_device(config.quantization, device, self.dtype)
-        model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears)
+        model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears, self.shards)
         self.cfg, self.model = cfg, model  # only once it loaded: a failed load changes nothing
         if self.lora is not None:
             self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
@@ -86,7 +92,7 @@ class ModelRunner:
     def _empty_cache(self, num_blocks: int) -> torch.Tensor:
         # Zeroed, not empty: masked-out slots are still multiplied by zero probabilities,
         # and uninitialised memory could hold NaN.
-        cfg = self.cfg
+        cfg = self.kv_config
         return torch.zeros(
             cfg.num_layers,
             2,
@@ -104,7 +110,8 @@ class ModelRunner:
         self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
 
     def allocate_host_cache(self, num_slots: int) -> None:
-        block_shape = (self.cfg.num_layers, 2, self.block_size, self.cfg.num_kv_heads, self.cfg.head_dim)
+        cfg = self.kv_config
+        block_shape = (cfg.num_layers, 2, self.block_size, cfg.num_kv_heads, cfg.head_dim)
         self.host_cache = HostKVCache(num_slots, block_shape, self.dtype, self.device)
 
     @torch.inference_mode()

@@ -105,7 +105,7 @@ class SequenceStates(dict[int, SequenceState]):
         constraint = new.params.structured_outputs
         if parent is not None and parent.grammar is not None:
             state.grammar = parent.grammar.fork()
-        elif constraint is not None:
+        elif constraint is not None and self.grammars is not None:  # ranks 1..N-1 sample nothing: no grammars
             stops = self.eos_token_ids + list(new.params.stop_token_ids)
             compiled, json = self.grammars[constraint.key], constraint.kind in ("json", "json_object")
             state.grammar = GrammarState.start(compiled, stops, self._vocabulary(), json)

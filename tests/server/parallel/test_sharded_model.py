@@ -20,6 +20,7 @@ from argosy.server.parallel.group import SINGLE, join_group
 from argosy.server.parallel.layout import ShardLayout, check_tensor_parallel
 from argosy.server.worker.startup_report import tensor_bytes
 from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
+from tests.processes import free_port
 
 BLOCK = 16
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [200, 3], list(range(3, 40))]
@@ -44,24 +45,22 @@ def run_steps(cfg: ModelConfig, shards) -> tuple[torch.Tensor, int]:
     return torch.cat(logits), tensor_bytes(model)
 
 
-def rank_main(rank: int, size: int, path: str, rendezvous: str, results) -> None:
+def rank_main(rank: int, size: int, path: str, port: int, results) -> None:
     torch.set_num_threads(1)
     try:
         cfg = ModelConfig.from_folder(path)
-        shards = join_group(rank, size, rendezvous, torch.device("cpu"))
+        shards = join_group(rank, size, ("127.0.0.1", port), torch.device("cpu"))
         logits, weight_bytes = run_steps(cfg, shards)
         results.put((rank, logits.tolist(), weight_bytes))  # plain data: the process ends next
     except BaseException:
         results.put((rank, traceback.format_exc(), 0))
 
 
-def run_ranks(path, size: int, tmp_path) -> dict[int, tuple[torch.Tensor, int]]:
+def run_ranks(path, size: int) -> dict[int, tuple[torch.Tensor, int]]:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [
-        ctx.Process(target=rank_main, args=(rank, size, str(path), f"file://{tmp_path}/rendezvous", results))
-        for rank in range(size)
-    ]
+    port = free_port()
+    procs = [ctx.Process(target=rank_main, args=(rank, size, str(path), port, results)) for rank in range(size)]
     for proc in procs:
         proc.start()
     found = {}
@@ -76,10 +75,10 @@ def run_ranks(path, size: int, tmp_path) -> dict[int, tuple[torch.Tensor, int]]:
 
 
 @pytest.mark.parametrize("size", [2, 4], ids=["kv-split", "kv-replicated"])
-def test_ranks_give_the_whole_models_logits_each_holding_its_share(llama_checkpoint, size, tmp_path):
+def test_ranks_give_the_whole_models_logits_each_holding_its_share(llama_checkpoint, size):
     cfg = ModelConfig.from_folder(llama_checkpoint)
     whole_logits, whole_bytes = run_steps(cfg, SINGLE)
-    ranks = run_ranks(llama_checkpoint, size, tmp_path)
+    ranks = run_ranks(llama_checkpoint, size)
     replicated = 2 * cfg.vocab_size * cfg.hidden_size + (2 * cfg.num_layers + 1) * cfg.hidden_size
     sharded = (whole_bytes // 4) - replicated  # float32 elements of the split layers
     for rank, (logits, weight_bytes) in ranks.items():
