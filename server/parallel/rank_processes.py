@@ -7,6 +7,7 @@ that every rank still runs, so a dead rank fails the step instead of hanging it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import multiprocessing
@@ -44,21 +45,24 @@ class RankProcesses:
         ]
         for proc in self.procs:
             proc.start()
+        # Stopped with the executor, or at exit before multiprocessing's own exit hook, whose
+        # one-by-one ends would let the last ranks see their peers vanish mid-collective.
         weakref.finalize(self, _stop, self.procs)
+        atexit.register(_stop, self.procs)
 
     def check_alive(self) -> None:
+        """Raises if a rank has exited, the others stopped first: no rank is left running."""
         for rank, proc in enumerate(self.procs, start=1):
             if not proc.is_alive():
+                _stop(self.procs)
                 raise RankDiedError(f"tensor-parallel rank {rank} exited (code {proc.exitcode})")
-
-    def stop(self) -> None:
-        _stop(self.procs)
 
 
 def _stop(procs: list[multiprocessing.Process]) -> None:
     for proc in procs:
         if proc.is_alive():
             proc.kill()
+    for proc in procs:
         proc.join(10)
 
 
@@ -71,7 +75,6 @@ def rank_main(
     limits: EngineLimits,
     eos: tuple[int, ...],
 ) -> None:
-    parent = os.getppid()
     _die_with_parent()
     from argosy.server.worker.executor import InProcessExecutor, rank_device
 
@@ -83,10 +86,10 @@ def rank_main(
     executor.start()
     try:
         executor.follow()
-    except RuntimeError as exc:  # the collectives fail once rank 0 is gone: nothing left to serve
-        if os.getppid() != parent:
+    except RuntimeError as exc:
+        if "Connection closed by peer" in str(exc):  # another rank went first: rank 0 reports it
             return
-        raise RuntimeError(f"tensor-parallel rank {rank} failed: {exc}") from exc
+        raise
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,69 @@
+"""The engine with tensor parallelism on CPU processes: greedy tokens equal transformers' for
+every architecture with the KV heads split (2 ranks) and replicated (4), through chunked
+prefill, prefix hits, preemption and n > 1; a rank killed with -9 fails the next step and
+leaves no rank running; the sizes and settings it refuses."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from argosy import SamplingParams
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.parallel.rank_processes import RankDiedError
+from tests.checkpoints import ARCHS, load_reference, reference_greedy, tiny_llm
+from tests.polling import wait_until
+from tests.server.models.test_greedy_identity import mixed_requests, run
+
+FULL_BLOCK_BYTES = 2 * 2 * 16 * 2 * 16 * 4  # a block of the whole test model; a rank's is smaller
+
+
+@pytest.mark.parametrize("size", [2, 4], ids=["kv-split", "kv-replicated"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_tokens_equal_transformers_through_chunks_prefix_hits_and_preemption(checkpoints, arch, size):
+    requests = mixed_requests(16, seed=1)
+    model = load_reference(checkpoints[arch])
+    expected = [reference_greedy(model, p, n) for p, n in requests]
+    # 12 whole-model blocks of bytes: 24 blocks of a rank's heads, too few for 16 requests at once.
+    llm = tiny_llm(
+        checkpoints[arch],
+        tensor_parallel_size=size,
+        kv_cache_memory=12 * FULL_BLOCK_BYTES,
+        max_model_len=384,
+        max_num_batched_tokens=64,
+    )
+    assert llm.stats().kv_blocks_total == 24
+    assert run(llm, requests) == expected
+    stats = llm.stats()
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0 and stats.kv_blocks_used == 0
+
+
+def test_parallel_samples_with_two_ranks(llama_checkpoint):
+    prompt = list(range(3, 40))
+    expected = reference_greedy(load_reference(llama_checkpoint), prompt, 12)
+    llm = tiny_llm(llama_checkpoint, tensor_parallel_size=2)
+    out = llm.generate({"prompt_token_ids": prompt}, SamplingParams(n=3, temperature=0.0, max_tokens=12))[0]
+    assert [o.token_ids for o in out.outputs] == [expected] * 3
+
+
+def test_a_rank_killed_fails_the_next_step_and_no_rank_is_left(llama_checkpoint):
+    llm = tiny_llm(llama_checkpoint, tensor_parallel_size=4)
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    llm.generate({"prompt_token_ids": [5, 6, 7]}, params)
+    procs = llm.engine.core.executor.ranks.procs
+    os.kill(procs[1].pid, signal.SIGKILL)
+    wait_until(lambda: not procs[1].is_alive(), 30, "the rank to die")
+    with pytest.raises(RankDiedError, match="rank 2 exited"):
+        llm.generate({"prompt_token_ids": [5, 6, 7]}, params)
+    assert not any(proc.is_alive() for proc in procs)
+
+
+def test_sizes_and_settings_it_refuses_name_the_field(llama_checkpoint):
+    with pytest.raises(InvalidRequestError, match="4 attention heads, which 3 ranks") as caught:
+        tiny_llm(llama_checkpoint, tensor_parallel_size=3)
+    assert caught.value.param == "tensor_parallel_size"
+    with pytest.raises(InvalidRequestError, match="LoRA") as caught:
+        tiny_llm(llama_checkpoint, tensor_parallel_size=2, enable_lora=True)
+    assert caught.value.param == "tensor_parallel_size"
