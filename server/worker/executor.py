@@ -232,6 +232,8 @@ class InProcessExecutor:
         return drafts
 
     def check_device(self) -> None:
+        if self.ranks is not None:  # a scratch step needs every rank: a dead one is a broken device
+            self.ranks.check_alive()
         self.runner.check_device()
 
     def use_grammars(self, grammars: Grammars) -> None:

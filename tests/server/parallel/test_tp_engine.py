@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
+import httpx
 import pytest
 
 from argosy import SamplingParams
@@ -15,6 +17,7 @@ from argosy.server.exceptions import InvalidRequestError
 from argosy.server.parallel.rank_processes import RankDiedError
 from tests.checkpoints import ARCHS, load_reference, reference_greedy, tiny_llm
 from tests.polling import wait_until
+from tests.processes import MODEL, alive, children, serve_process
 from tests.server.models.test_greedy_identity import mixed_requests, run
 
 FULL_BLOCK_BYTES = 2 * 2 * 16 * 2 * 16 * 4  # a block of the whole test model; a rank's is smaller
@@ -67,3 +70,18 @@ def test_sizes_and_settings_it_refuses_name_the_field(llama_checkpoint):
     with pytest.raises(InvalidRequestError, match="LoRA") as caught:
         tiny_llm(llama_checkpoint, tensor_parallel_size=2, enable_lora=True)
     assert caught.value.param == "tensor_parallel_size"
+
+
+def test_under_argosy_serve_a_killed_rank_fails_the_server_as_a_dead_core_does(llama_checkpoint):
+    body = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 4}
+    with serve_process(llama_checkpoint, "--tensor-parallel-size", "2") as server:
+        assert httpx.post(f"{server.url}/v1/completions", json=body, timeout=60).status_code == 200
+        [core] = children(server.popen.pid)
+        # The core's children: rank 1's process (spawned), and multiprocessing's resource tracker.
+        [rank] = [pid for pid in children(core) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+        os.kill(rank, signal.SIGKILL)
+        failed = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+        assert failed.status_code == 500
+        assert server.popen.wait(30) == 70
+        assert "tensor-parallel rank 1 exited" in server.output()
+        wait_until(lambda: not alive(core) and not alive(rank), 30, "every rank gone")
