@@ -103,7 +103,7 @@ def _pod_spec(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
         "containers": [_container(spec)],
         "volumes": [
             _model_volume(spec),
-            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shmSize}},
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(spec)}},
             {"name": "tmp", "emptyDir": {}},
         ],
         # The server drains for up to shutdownTimeoutSeconds after the preStop pause.
@@ -185,6 +185,18 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
     if resources:
         container["resources"] = resources
     return container
+
+
+SHM_PER_RANK = 1 << 30  # the collectives' buffers between the ranks of one pod
+
+
+def shm_size(spec: InferenceServiceSpec) -> str:
+    """The pod's /dev/shm: the spec's, and at least SHM_PER_RANK for each tensor-parallel rank."""
+    ranks = spec.engine.tensorParallelSize
+    wanted = parse_quantity(spec.shmSize)
+    if ranks == 1 or wanted >= ranks * SHM_PER_RANK:
+        return spec.shmSize
+    return f"{ranks * SHM_PER_RANK >> 20}Mi"
 
 
 def with_swap_space(resources: dict[str, Any], swap_gib: float) -> dict[str, Any]:

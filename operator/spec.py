@@ -197,6 +197,12 @@ class EngineSpec(KubeModel):
                 ".swapSpace",
             ),
             cel(
+                "self.tensorParallelSize == 1 || !has(self.speculativeConfig)"
+                " || self.speculativeConfig.method != 'draft_model'",
+                "spec.engine.tensorParallelSize above 1 does not run a draft model yet: use ngram speculation or none",
+                ".tensorParallelSize",
+            ),
+            cel(
                 "double(self.swapSpace) == 0.0 || !has(self.speculativeConfig)"
                 " || self.speculativeConfig.method != 'draft_model'",
                 "spec.engine.swapSpace does not keep a draft model's KV cache: use ngram speculation or none",
@@ -298,6 +304,15 @@ class EngineSpec(KubeModel):
             "ping while idle (--engine-step-timeout); past it the engine counts as hung, the requests in flight "
             "fail and the pod's server exits, so that the kubelet restarts it. Keep it above the longest step "
             "(argosy_engine_step_duration_seconds): a prefill of maxNumBatchedTokens on the slowest node."
+        ),
+    )
+    tensorParallelSize: int = serve_setting(
+        "tensor_parallel_size",
+        ge=1,
+        le=16,
+        description=(
+            "Ranks that split each layer's heads and MLP (--tensor-parallel-size), one GPU each, within the pod's "
+            "node; set the pod's nvidia.com/gpu limit to the same number. Beyond one node, add replicas instead."
         ),
     )
     schedulingPolicy: SchedulingPolicy = serve_setting(
@@ -501,6 +516,9 @@ class RolloutSpec(KubeModel):
     maxUnavailable: IntOrPercent = Field(1, description="Pods that may be missing during a rollout.")
 
 
+_TP = "(has(self.engine) && has(self.engine.tensorParallelSize) ? self.engine.tensorParallelSize : 1)"
+
+
 class InferenceServiceSpec(KubeModel):
     """What to serve and how."""
 
@@ -521,6 +539,18 @@ class InferenceServiceSpec(KubeModel):
                 "!has(self.adapters) || self.adapters.all(a, a.name != self.model.name)",
                 "spec.adapters names must differ from spec.model.name",
                 ".adapters",
+            ),
+            cel(
+                f"!has(self.resources) || !has(self.resources.limits) || !('nvidia.com/gpu' in self.resources.limits)"
+                f" || {_TP} == int(string(self.resources.limits['nvidia.com/gpu']))",
+                "spec.resources.limits['nvidia.com/gpu'] must equal spec.engine.tensorParallelSize: each rank takes "
+                "one GPU of the pod's node",
+                ".resources",
+            ),
+            cel(
+                f"{_TP} == 1 || ((!has(self.adapters) || size(self.adapters) == 0) && !has(self.lora))",
+                "spec.engine.tensorParallelSize above 1 does not serve LoRA adapters yet",
+                ".engine.tensorParallelSize",
             ),
         )
     )

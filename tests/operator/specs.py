@@ -26,6 +26,11 @@ SPECS = {
     },
     "adapters-only": {"model": MODEL, "adapters": ADAPTERS[:1]},
     "plain-gpu": {"model": MODEL, "resources": {"limits": {"nvidia.com/gpu": 1}}},
+    "tensor-parallel": {
+        "model": MODEL,
+        "engine": {"tensorParallelSize": 2},
+        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+    },
     "pvc": {
         "model": {"name": "qwen3-8b", "path": "Qwen3-8B", "persistentVolumeClaim": {"claimName": "models"}},
         "replicas": 3,

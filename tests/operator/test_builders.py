@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from argosy.operator.adapters_config import build_adapters_config_map
-from argosy.operator.deployment import build_deployment, server_args, with_swap_space
+from argosy.operator.deployment import build_deployment, server_args, shm_size, with_swap_space
 from argosy.operator.owner import Owner
 from argosy.operator.reconcile import desired_objects
 from argosy.operator.scaledobject import build_scaled_object, waiting_requests_query
@@ -234,6 +234,16 @@ def test_speculative_decoding_reaches_the_engine_with_the_draft_where_it_is_moun
             speculative.disable_by_batch_size
             == SpeculativeConfig.parse({"method": "ngram", "num_speculative_tokens": 3}).disable_by_batch_size
         )  # the server's default
+
+
+def test_tensor_parallelism_reaches_the_server_with_shm_for_the_collectives():
+    pod = build_deployment(OWNER, spec_of("tensor-parallel"))["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    [shm] = [v for v in pod["volumes"] if v["name"] == "shm"]
+    assert shm["emptyDir"]["sizeLimit"] == "2048Mi"  # 1Gi a rank, above the default 1Gi
+    assert shm_size(spec_of("plain-gpu")) == "1Gi"
 
 
 def test_swap_space_grows_the_pods_memory_request_and_limit():
