@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from argosy import SamplingParams
+from argosy import LLM, SamplingParams
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.parallel.rank_processes import RankDiedError
 from tests.checkpoints import ARCHS, load_reference, reference_greedy, tiny_llm
@@ -85,3 +85,18 @@ def test_under_argosy_serve_a_killed_rank_fails_the_server_as_a_dead_core_does(l
         assert server.popen.wait(30) == 70
         assert "tensor-parallel rank 1 exited" in server.output()
         wait_until(lambda: not alive(core) and not alive(rank), 30, "every rank gone")
+
+
+def test_the_default_model_at_three_ranks_gives_one_ranks_tokens_and_two_ranks_are_refused():
+    """SmolLM2's 9 query heads and 3 KV heads split three ways; in float32 the all-reduce's
+    order of summing leaves greedy tokens unchanged."""
+    prompts = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    texts = {}
+    for size in (1, 3):
+        llm = LLM(dtype="float32", tensor_parallel_size=size, kv_cache_memory=64 << 20, max_model_len=512)
+        texts[size] = [out.outputs[0].token_ids for out in llm.generate(prompts, params)]
+        del llm
+    assert texts[3] == texts[1]
+    with pytest.raises(InvalidRequestError, match="9 attention heads, which 2 ranks"):
+        LLM(tensor_parallel_size=2)
