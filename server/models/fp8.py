@@ -12,6 +12,8 @@ call, which keeps the memory saving and computes the same function (the CPU twin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -23,10 +25,16 @@ FP8_MAX = torch.finfo(FP8).max  # 448
 MIN_SCALE = 1.0 / (FP8_MAX * 512.0)
 
 
-def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[out, in] weight -> (e4m3 weight [out, in], float32 scale [out])."""
+def quantize_weight(
+    weight: torch.Tensor, row_max: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[out, in] weight -> (e4m3 weight [out, in], float32 scale [out]). `row_max`: a slice of
+    the rows' columns on each tensor-parallel rank, whose maxima it combines, so that the
+    scales, and the quantized weights, are those of the whole row."""
     w = weight.float()
     amax = w.abs().amax(dim=1)
+    if row_max is not None:
+        amax = row_max(amax)
     # A zero row would give scale 0 and 0/0 = NaN; any positive scale encodes it exactly.
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
     # amax/scale can round to just above 448, which e4m3fn (no infinities) would turn into NaN.
@@ -67,7 +75,7 @@ class Fp8Linear(Linear):
 
     def process_weights(self) -> None:
         dtype = self.weight.dtype
-        q, scale = quantize_weight(self.weight.detach())
+        q, scale = quantize_weight(self.weight.detach(), self.row_max)
         # The loaded weight goes as its quantized copy comes, so the peak stays one layer above.
         self.weight = nn.Parameter(q, requires_grad=False)
         self.weight_scale = nn.Parameter(scale, requires_grad=False)

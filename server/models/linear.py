@@ -7,6 +7,7 @@ is the product in that format, then each addition attached with `add` adds its s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -25,6 +26,9 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
         self.additions = nn.ModuleList()
         self.has_additions = False  # a plain flag: the hot path skips the module list's lookup
+        # With tensor parallelism, for a layer split by its input columns: the maxima of each
+        # output row over every rank's slice, for formats that scale rows by them (FP8).
+        self.row_max: Callable[[torch.Tensor], torch.Tensor] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

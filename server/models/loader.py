@@ -71,6 +71,9 @@ def load_model(
             f"missing tensors for: {', '.join(missing[:5])}"
             + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
         )
+    if shards.layout.size > 1:  # split by input columns: their rows' scales span every rank's slice
+        for layer in model.layers:
+            layer.self_attn.o_proj.row_max = layer.mlp.down_proj.row_max = shards.max_over_ranks
     process_weights(model)
     if model.lm_head is None:
         model.lm_head = linears.tied_head(model.embed_tokens.weight)

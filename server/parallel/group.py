@@ -36,6 +36,13 @@ class TensorParallel:
 
         return reduce
 
+    def max_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
+        """The elementwise maximum of every rank's `x`, in place."""
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MAX
+        self.group.allreduce([x], options).wait()
+        return x
+
     def min_over_ranks(self, value: int) -> int:
         """The smallest of every rank's `value` (each rank's KV budget: the smallest wins)."""
         if self.layout.size == 1:

@@ -100,3 +100,15 @@ def test_the_default_model_at_three_ranks_gives_one_ranks_tokens_and_two_ranks_a
     assert texts[3] == texts[1]
     with pytest.raises(InvalidRequestError, match="9 attention heads, which 2 ranks"):
         LLM(tensor_parallel_size=2)
+
+
+@pytest.mark.parametrize("settings", [{"cuda_graph_sizes": [1, 2, 4]}, {"quantization": "fp8"}], ids=["graphs", "fp8"])
+def test_the_graph_twin_and_fp8_run_per_rank(llama_checkpoint, settings):
+    """Decode steps through the CUDA graphs' static-buffer twin (on a CPU, given sizes), and FP8
+    weights quantized per rank from its slices (o and down with the scales of their whole rows,
+    maxima combined across ranks), give the tokens of the same settings at one rank."""
+    requests = mixed_requests(6, seed=2)
+    outputs = {}
+    for size in (1, 2):
+        outputs[size] = run(tiny_llm(llama_checkpoint, tensor_parallel_size=size, **settings), requests)
+    assert outputs[2] == outputs[1]
