@@ -60,6 +60,7 @@ if [[ $DRY_RUN == 1 ]]; then
     toy=$(mktemp -d)/toy
     python3 bench/random_checkpoint.py "$toy" --shape toy >/dev/null
     step lora 300 python3 bench/lora.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1 --no-server
+    step tp-bench 300 python3 bench/tensor_parallel.py --model "$toy" --sizes 1 2 --steps 2 --prompt-tokens 16
     if python3 -c "import xgrammar" 2>/dev/null; then
         # The toy vocabulary (w0, w1, ...) spells no JSON: the default model's does.
         step structured 300 python3 bench/structured.py --max-tokens 4 --repeats 1 --concurrency 1 2
@@ -83,6 +84,13 @@ else
         fi
     else
         echo "the default model is not installed here: throughput and LoRA benches skipped" | tee "$OUT/throughput.txt"
+    fi
+    # Tensor parallelism needs two devices: its tests on NCCL, and one rank against two on an 8B shape.
+    if [[ $(python3 -c "import torch; print(torch.cuda.device_count())") -ge 2 ]]; then
+        step tp-tests 120 python3 -m pytest -q -p no:cacheprovider tests/server/parallel
+        big=$(mktemp -d)/llama-8b
+        python3 bench/random_checkpoint.py "$big" --shape llama3-8b >/dev/null
+        step tp-bench 180 python3 bench/tensor_parallel.py --model "$big" --sizes 1 2
     fi
 fi
 exit $status

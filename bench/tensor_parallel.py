@@ -5,7 +5,7 @@ step spent in the all-reduces (timed around each call; it includes waiting for t
 rank). On a CPU host the ranks share its cores, so the figures show what the split costs and
 that it is correct, not a speed-up: on GPUs each rank has a device of its own.
 
-    python bench/tensor_parallel.py [--sizes 1 3] [--steps 32]
+    python bench/tensor_parallel.py [--model PATH] [--sizes 1 3] [--steps 32]
 """
 
 from __future__ import annotations
@@ -59,18 +59,20 @@ def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int, timer: Redu
 
 def random_prompts(vocab: int, count: int, length: int) -> list[list[int]]:
     rng = random.Random(0)
-    return [[rng.randrange(1000, vocab) for _ in range(length)] for _ in range(count)]
+    low = min(1000, vocab // 2)  # clear of the special tokens
+    return [[rng.randrange(low, vocab) for _ in range(length)] for _ in range(count)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="a checkpoint folder; default: the embedded model")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--steps", type=int, default=32, help="decode steps per measurement")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     args = parser.parse_args()
     rows = []
     for size in args.sizes:
-        llm = LLM(tensor_parallel_size=size, max_num_seqs=16)
+        llm = LLM(args.model, tensor_parallel_size=size, max_num_seqs=16)
         executor = llm.engine.core.executor
         runner = executor.runner
         prompts = random_prompts(llm.engine.core.model_config.vocab_size, 18, args.prompt_tokens)
@@ -81,7 +83,7 @@ def main() -> None:
         block = runner.kv_cache[:, :, 0].nbytes
         rows.append((size, tensor_bytes(runner.model), block, one, many))
         del llm, executor, runner
-    print(f"\nThe default model, bf16; {args.prompt_tokens}-token prompts; {args.steps} decode steps per figure")
+    print(f"\n{args.model or 'The default model'}; {args.prompt_tokens}-token prompts; {args.steps} decode steps per figure")
     print("| ranks | weights per rank | KV block per rank | prefill, 1 prompt | decode step, 1 seq | all-reduce share "
           "| prefill, 16 prompts | decode step, 16 seqs | all-reduce share |")  # fmt: skip
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
