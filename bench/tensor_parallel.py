@@ -83,7 +83,8 @@ def main() -> None:
         block = runner.kv_cache[:, :, 0].nbytes
         rows.append((size, tensor_bytes(runner.model), block, one, many))
         del llm, executor, runner
-    print(f"\n{args.model or 'The default model'}; {args.prompt_tokens}-token prompts; {args.steps} decode steps per figure")
+    model = args.model or "the default model"
+    print(f"\n{model}; {args.prompt_tokens}-token prompts; {args.steps} decode steps per figure")
     print("| ranks | weights per rank | KV block per rank | prefill, 1 prompt | decode step, 1 seq | all-reduce share "
           "| prefill, 16 prompts | decode step, 16 seqs | all-reduce share |")  # fmt: skip
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
