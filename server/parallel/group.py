@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.parallel.layout import ShardLayout
 
 _TIMEOUT = timedelta(minutes=10)  # a rank loading a large checkpoint may be slow to arrive
@@ -59,6 +60,18 @@ class TensorParallel:
 
 
 SINGLE = TensorParallel(ShardLayout(0, 1))
+
+
+def check_collectives(device: torch.device) -> None:
+    """Refuses a device whose ranks this build of torch has no collectives for."""
+    backend = "NCCL" if device.type == "cuda" else "gloo"
+    available = dist.is_available() and (dist.is_nccl_available() if backend == "NCCL" else dist.is_gloo_available())
+    if not available:
+        raise InvalidRequestError(
+            f"tensor_parallel_size above 1 on {device.type} needs torch.distributed's {backend}, which this torch "
+            "build lacks",
+            param="tensor_parallel_size",
+        )
 
 
 def join_group(rank: int, size: int, address: tuple[str, int], device: torch.device) -> TensorParallel:

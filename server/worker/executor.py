@@ -18,7 +18,7 @@ from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.parallel.group import SINGLE, TensorParallel, join_group
+from argosy.server.parallel.group import SINGLE, TensorParallel, check_collectives, join_group
 from argosy.server.parallel.layout import check_tensor_parallel
 from argosy.server.parallel.plan_channel import receive_plan, send_plan
 from argosy.server.parallel.rank_processes import RankProcesses, share_cpu_threads
@@ -125,6 +125,7 @@ class InProcessExecutor:
         if size == 1:
             return SINGLE
         check_tensor_parallel(self.model_config, size)
+        check_collectives(device)
         if device.type == "cuda" and size > torch.cuda.device_count():
             raise InvalidRequestError(
                 f"tensor_parallel_size {size} needs {size} GPUs; {torch.cuda.device_count()} are visible",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch.distributed
 
 from argosy import LLM, SamplingParams
 from argosy.server.exceptions import InvalidRequestError
@@ -61,6 +62,13 @@ def test_a_rank_killed_fails_the_next_step_and_no_rank_is_left(llama_checkpoint)
     with pytest.raises(RankDiedError, match="rank 2 exited"):
         llm.generate({"prompt_token_ids": [5, 6, 7]}, params)
     assert not any(proc.is_alive() for proc in procs)
+
+
+def test_a_torch_without_the_collectives_is_refused(llama_checkpoint, monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_gloo_available", lambda: False)
+    with pytest.raises(InvalidRequestError, match=r"needs torch\.distributed's gloo") as caught:
+        tiny_llm(llama_checkpoint, tensor_parallel_size=2)
+    assert caught.value.param == "tensor_parallel_size"
 
 
 def test_sizes_and_settings_it_refuses_name_the_field(llama_checkpoint):
