@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from serving import pct
+
 from argosy import LLM, SamplingParams
 from argosy.server.scheduling.policy import AGING_STEPS
 
@@ -97,10 +99,6 @@ class Loop:
                 request.token_times += [now] * len(new)
                 if out.finished:
                     request.finished = now
-
-
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
 def random_prompt(rng: random.Random, vocab: int, length: int) -> list[int]:

@@ -153,7 +153,7 @@ class Scheduler:
             cached, loaded, remaining = self._uncached(seq)
             if remaining > budget and not self.enable_chunked_prefill:
                 break
-            num_new = 0 if loaded else min(remaining, budget)  # loading: it computes from the next step
+            num_new = _first_chunk(loaded, remaining, budget)
             if not self.kv.allocate(seq, num_new, cached, loaded):
                 break
             if self.adapters is not None:
@@ -216,13 +216,9 @@ class Scheduler:
         return not seq.preempted_for_priority or self.steps - seq.admitted_step >= MIN_RUN_STEPS
 
     def _has_blocks(self, seq: Sequence) -> bool:
-        cached, loaded, _ = self._uncached(seq)
-        return self.kv.can_allocate(seq, self._first_chunk(seq, self.max_num_batched_tokens), cached, loaded)
-
-    def _first_chunk(self, seq: Sequence, budget: int) -> int:
-        """The tokens a waiting sequence computes in its first step (none while its blocks load)."""
-        _, loaded, remaining = self._uncached(seq)
-        return 0 if loaded else min(remaining, budget)
+        cached, loaded, remaining = self._uncached(seq)
+        num_new = _first_chunk(loaded, remaining, self.max_num_batched_tokens)
+        return self.kv.can_allocate(seq, num_new, cached, loaded)
 
     def _preempt(self, seq: Sequence, cause: str) -> None:
         self.running.remove(seq)
@@ -267,3 +263,9 @@ class Scheduler:
         """The ids of the sequences finished (or aborted) since the last call."""
         finished, self._finished = self._finished, []
         return finished
+
+
+def _first_chunk(loaded: list[bytes], remaining: int, budget: int) -> int:
+    """The tokens a waiting sequence computes in its first step: none while its blocks load
+    from the host tier (it computes from the next step)."""
+    return 0 if loaded else min(remaining, budget)

@@ -52,9 +52,10 @@ def iter_tensors(
                         yield name, f.get_tensor(name)
                         continue
                     dim, start, length = part
-                    index = [slice(None)] * len(f.get_slice(name).get_shape())
+                    piece = f.get_slice(name)
+                    index = [slice(None)] * len(piece.get_shape())
                     index[dim] = slice(start, start + length)
-                    yield name, f.get_slice(name)[tuple(index)]
+                    yield name, piece[tuple(index)]
         except (SafetensorError, OSError, RuntimeError) as exc:
             raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
 

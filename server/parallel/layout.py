@@ -20,12 +20,11 @@ _BY_COLUMNS = {"o_proj": "q", "down_proj": "mlp"}
 
 
 def check_tensor_parallel(cfg: ModelConfig, size: int) -> None:
-    """Refuses, with the numbers, a size the model's heads or MLP cannot be split by."""
+    """Refuses, with the numbers, a size (positive: EngineConfig checks that) the model's heads
+    or MLP cannot be split by."""
     heads, kv = cfg.num_heads, cfg.num_kv_heads
     why = None
-    if size < 1:
-        why = f"tensor_parallel_size must be at least 1, got {size}"
-    elif heads % size:
+    if heads % size:
         why = f"the model has {heads} attention heads, which {size} ranks cannot share equally"
     elif kv % size and size % kv:
         why = (

@@ -57,8 +57,8 @@ class InProcessExecutor:
         self.sampler = Sampler(eos_token_ids)
         self.verifier = DraftVerifier(self.sampler)
         max_blocks = -(-limits.max_model_len // config.block_size)
-        rank = 0 if shards is None else shards.layout.rank
-        self.states = SequenceStates(max_blocks, rank_device(config, rank), model.vocab_size, eos_token_ids)
+        self.device = rank_device(config, 0 if shards is None else shards.layout.rank)
+        self.states = SequenceStates(max_blocks, self.device, model.vocab_size, eos_token_ids)
         self.runner: ModelRunner | None = None  # once started
         self.report: StartupReport | None = None  # what start settled, once started
         self.variants: CompiledVariants | None = None  # of the Triton kernels, when they run
@@ -66,8 +66,7 @@ class InProcessExecutor:
         self.draft: DraftModel | None = None  # with draft-model speculation, once started
 
     def start(self) -> DeviceReady:
-        config, limits = self.config, self.limits
-        device = rank_device(config, 0 if self.shards is None else self.shards.layout.rank)
+        config, limits, device = self.config, self.limits, self.device
         dtype = resolve_dtype(config, self.model_config, device)
         torch.manual_seed(config.seed)
         clock = PhaseClock()
