@@ -1,8 +1,8 @@
 """Tensor parallelism on CPU processes, side by side in one run: the default model at 1 and 3
 ranks (its 9 query heads and 3 KV heads split three ways), each rank's weight and KV-block
 bytes, the time of a decode step (batch 1 and 16) and of a prefill, and the share of rank 0's
-step spent in the all-reduces (timed around each call; it includes waiting for the slowest
-rank). On a CPU host the ranks share its cores, so the figures show what the split costs and
+step spent in the collectives (the layers' and the embedding's all-reduces and the logits'
+gather, timed around each call; it includes waiting for the slowest rank). On a CPU host the ranks share its cores, so the figures show what the split costs and
 that it is correct, not a speed-up: on GPUs each rank has a device of its own.
 
     python bench/tensor_parallel.py [--model PATH] [--sizes 1 3] [--steps 32]
@@ -11,6 +11,7 @@ that it is correct, not a speed-up: on GPUs each rank has a device of its own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import time
 
@@ -18,8 +19,8 @@ from argosy import LLM, SamplingParams
 from argosy.server.worker.startup_report import tensor_bytes
 
 
-class ReduceTimer:
-    """Wraps every all-reduce of rank 0's model, adding up the seconds spent in them."""
+class CollectiveTimer:
+    """Wraps every collective of rank 0's model, adding up the seconds spent in them."""
 
     def __init__(self, model) -> None:
         self.seconds = 0.0
@@ -27,6 +28,11 @@ class ReduceTimer:
             for part in (layer.self_attn, layer.mlp):
                 if part.all_reduce is not None:
                     part.all_reduce = self._timed(part.all_reduce)
+        if model.vocab is not None:
+            vocab = model.vocab
+            model.vocab = dataclasses.replace(
+                vocab, all_reduce=self._timed(vocab.all_reduce), gather=self._timed(vocab.gather)
+            )
 
     def _timed(self, reduce):
         def timed(x):
@@ -38,9 +44,9 @@ class ReduceTimer:
         return timed
 
 
-def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int, timer: ReduceTimer) -> tuple[float, float, float]:
+def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int, timer: CollectiveTimer) -> tuple[float, float, float]:
     """(seconds until every prompt is prefilled; mean seconds of the decode steps after; the
-    all-reduces' share of those)."""
+    collectives' share of those)."""
     engine = llm.engine
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     for i, prompt in enumerate(prompts):
@@ -76,7 +82,7 @@ def main() -> None:
         executor = llm.engine.core.executor
         runner = executor.runner
         prompts = random_prompts(llm.engine.core.model_config.vocab_size, 18, args.prompt_tokens)
-        timer = ReduceTimer(runner.model)
+        timer = CollectiveTimer(runner.model)
         timed_steps(llm, prompts[:1], 4, timer)  # warm-up
         one = timed_steps(llm, prompts[1:2], args.steps, timer)
         many = timed_steps(llm, prompts[2:], args.steps, timer)
@@ -85,8 +91,8 @@ def main() -> None:
         del llm, executor, runner
     model = args.model or "the default model"
     print(f"\n{model}; {args.prompt_tokens}-token prompts; {args.steps} decode steps per figure")
-    print("| ranks | weights per rank | KV block per rank | prefill, 1 prompt | decode step, 1 seq | all-reduce share "
-          "| prefill, 16 prompts | decode step, 16 seqs | all-reduce share |")  # fmt: skip
+    print("| ranks | weights per rank | KV block per rank | prefill, 1 prompt | decode step, 1 seq | collectives' share "
+          "| prefill, 16 prompts | decode step, 16 seqs | collectives' share |")  # fmt: skip
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for size, weights, block, one, many in rows:
         print(

@@ -3,8 +3,9 @@ differ only in the flags of ModelConfig: q/k/v bias (Qwen2) and per-head q/k RMS
 Attention, the KV-cache writes, the norms, rotary and the activation come from its attention
 backend (the residual add is fused into the next norm); the linear layers come from a
 LinearFactory, in the weight format it picks. With tensor parallelism the model is built from
-one rank's share of the heads and the MLP, and `all_reduce` sums the partial outputs of the
-attention's and the MLP's last projections across the ranks."""
+one rank's share of the heads, the MLP and the vocabulary: `all_reduce` sums the partial
+outputs of the attention's and the MLP's last projections across the ranks, and `vocab` makes
+the embeddings and the logits whole (server/parallel/vocab.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.vocab import VocabShard
 
 Reduce = Callable[[torch.Tensor], torch.Tensor] | None  # sums a partial output across ranks; None: one rank
 
@@ -84,9 +86,10 @@ class CausalLM(nn.Module):
         backend: AttentionBackend,
         linears: LinearFactory = PLAIN,
         all_reduce: Reduce = None,
+        vocab: VocabShard | None = None,
     ):
         super().__init__()
-        self.config = cfg
+        self.config, self.vocab = cfg, vocab
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears, all_reduce) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
@@ -97,7 +100,8 @@ class CausalLM(nn.Module):
         self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, meta: Any
     ) -> torch.Tensor:
         """kv_cache: [layers, 2, blocks, block_size, kv_heads, head_dim]."""
-        x, residual = self.embed_tokens(input_ids), None
+        x = self.embed_tokens(input_ids) if self.vocab is None else self.vocab.embed(self.embed_tokens, input_ids)
+        residual = None
         for layer, layer_cache in zip(self.layers, kv_cache):
             x, residual = layer(x, residual, positions, self.rotary, layer_cache, meta)
         x, _ = self.norm(x, residual)
@@ -105,5 +109,7 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is None:  # tied to the embeddings
-            return nn.functional.linear(hidden, self.embed_tokens.weight)
-        return self.lm_head(hidden)
+            logits = nn.functional.linear(hidden, self.embed_tokens.weight)
+        else:
+            logits = self.lm_head(hidden)
+        return logits if self.vocab is None else self.vocab.logits(logits)

@@ -27,6 +27,7 @@ _FUSED = {
     "gate_proj": ("gate_up_proj", 0),
     "up_proj": ("gate_up_proj", 1),
 }
+_VOCABULARY = {"embed_tokens.weight", "lm_head.weight"}
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 
 
@@ -44,7 +45,7 @@ def load_model(
     parallelism, this rank's share of it, read from the checkpoint alone."""
     layout, local = shards.layout, shards.layout.local_config(cfg)
     with torch.device("meta"), _default_dtype(dtype):
-        model = CausalLM(local, max_position, backend, linears, shards.all_reduce)
+        model = CausalLM(local, max_position, backend, linears, shards.all_reduce, shards.vocab(cfg))
     model.to_empty(device=device)
     # Buffers do not survive to_empty; the rotary tables are recomputed on the device.
     model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels).to(device)
@@ -57,6 +58,8 @@ def load_model(
         if target not in params:
             raise CheckpointError(cfg.path, f"unexpected tensor {name!r} for {cfg.architecture}")
         dest = _slice(params[target], part, local, target)
+        if target in _VOCABULARY and layout.size > 1:  # the last rank's run ends in zero rows
+            dest = dest.zero_().narrow(0, 0, layout.vocab_part(cfg)[1])
         if dest.shape != tensor.shape:
             raise CheckpointError(
                 cfg.path, f"tensor {name!r} has shape {list(tensor.shape)}, expected {list(dest.shape)}"

@@ -13,7 +13,9 @@ import torch
 import torch.distributed as dist
 
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.models.model_config import ModelConfig
 from argosy.server.parallel.layout import ShardLayout
+from argosy.server.parallel.vocab import VocabShard
 
 _TIMEOUT = timedelta(minutes=10)  # a rank loading a large checkpoint may be slow to arrive
 
@@ -36,6 +38,23 @@ class TensorParallel:
             return x
 
         return reduce
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """Every rank's `x` side by side in the last dimension, on rank 0; `x` itself on the others."""
+        x = x.contiguous()
+        if self.layout.rank:
+            self.group.gather([], [x]).wait()
+            return x
+        parts = [torch.empty_like(x) for _ in range(self.layout.size)]
+        self.group.gather([parts], [x]).wait()
+        return torch.cat(parts, dim=-1)
+
+    def vocab(self, cfg: ModelConfig) -> VocabShard | None:
+        """This rank's rows of the embedding and the LM head; None with one rank (it holds them all)."""
+        if self.layout.size == 1:
+            return None
+        start, _ = self.layout.vocab_part(cfg)
+        return VocabShard(start, self.layout.vocab_rows(cfg), cfg.vocab_size, self.all_reduce, self.gather)
 
     def max_over_ranks(self, x: torch.Tensor) -> torch.Tensor:
         """The elementwise maximum of every rank's `x`, in place."""

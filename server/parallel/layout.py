@@ -3,8 +3,8 @@ shape. Attention heads and the MLP's intermediate features are split across the 
 and gate, up by their output rows (columns of the product), o and down by their input columns
 (rows of the product), which an all-reduce then sums. KV heads are split too, or, with more
 ranks than KV heads, each is replicated on the ranks whose query heads read it (as vLLM does).
-The embedding, the final norm and the LM head are replicated: the logits come out whole on
-every rank, with no gather after the head."""
+The embedding and the LM head are split by vocabulary rows (vocab.py); the norms are
+replicated."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from argosy.server.models.model_config import ModelConfig
 # Checkpoint tensors by how they split: their output rows, or their input columns.
 _BY_ROWS = {"q_proj": "q", "k_proj": "kv", "v_proj": "kv", "gate_proj": "mlp", "up_proj": "mlp"}
 _BY_COLUMNS = {"o_proj": "q", "down_proj": "mlp"}
+_BY_VOCABULARY = {"embed_tokens", "lm_head"}
 
 
 def check_tensor_parallel(cfg: ModelConfig, size: int) -> None:
@@ -49,7 +50,18 @@ class ShardLayout:
             num_heads=cfg.num_heads // self.size,
             num_kv_heads=max(1, cfg.num_kv_heads // self.size),
             intermediate_size=cfg.intermediate_size // self.size,
+            vocab_size=self.vocab_rows(cfg),
         )
+
+    def vocab_rows(self, cfg: ModelConfig) -> int:
+        """Token rows of the embedding and the LM head per rank, the last rank's padded."""
+        return -(-cfg.vocab_size // self.size)
+
+    def vocab_part(self, cfg: ModelConfig) -> tuple[int, int]:
+        """(first row, rows) of the checkpoint's vocabulary that this rank reads."""
+        rows = self.vocab_rows(cfg)
+        start = self.rank * rows
+        return start, max(0, min(rows, cfg.vocab_size - start))
 
     def kv_head(self, cfg: ModelConfig) -> int:
         """The first KV head this rank holds (with replication, the one its query heads read)."""
@@ -63,6 +75,8 @@ class ShardLayout:
         if self.size == 1:
             return None
         module = name.split(".")[-2] if name.count(".") else ""
+        if module in _BY_VOCABULARY:
+            return 0, *self.vocab_part(cfg)
         kind = _BY_ROWS.get(module) or _BY_COLUMNS.get(module)
         if kind is None:
             return None

@@ -32,7 +32,7 @@ class RankDiedError(RuntimeError):
 class RankProcesses:
     def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos: tuple[int, ...]):
         size = config.tensor_parallel_size
-        self.address = ("127.0.0.1", _free_port())  # rank 0 serves the rendezvous there
+        self.address = ("127.0.0.1", free_port())  # rank 0 serves the rendezvous there
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads
         self.procs = [
             ctx.Process(
@@ -102,7 +102,7 @@ def share_cpu_threads(size: int) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -1,7 +1,9 @@
 """One model split across ranks (processes joined by gloo, as on a CPU host): each rank reads only
-its slices of the checkpoint, holds about 1/N of the sharded weights, and the ranks' forward pass
-gives the logits of the whole model, through prefill and decode over the paged cache, with the KV
-heads split (N = 2) and replicated (N = 4, more ranks than the checkpoint's 2 KV heads)."""
+its slices of the checkpoint, holds 1/N of the weights but for the norms (and KV projections
+replicated past their count), and the ranks' forward pass gives the logits of the whole model on
+rank 0, through prefill and decode over the paged cache, with the KV heads split (N = 2) and
+replicated (N = 4, more ranks than the checkpoint's 2 KV heads), and with a vocabulary the ranks
+cannot share equally (the last rank's rows padded)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from argosy.server.parallel.group import SINGLE, join_group
 from argosy.server.parallel.layout import ShardLayout, check_tensor_parallel
 from argosy.server.worker.startup_report import tensor_bytes
 from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
+from tests.checkpoints import build_checkpoint
 from tests.processes import free_port
 
 BLOCK = 16
@@ -74,19 +77,35 @@ def run_ranks(path, size: int) -> dict[int, tuple[torch.Tensor, int]]:
     return found
 
 
-@pytest.mark.parametrize("size", [2, 4], ids=["kv-split", "kv-replicated"])
-def test_ranks_give_the_whole_models_logits_each_holding_its_share(llama_checkpoint, size):
-    cfg = ModelConfig.from_folder(llama_checkpoint)
+@pytest.fixture(scope="module")
+def odd_vocab_checkpoint(tmp_path_factory):
+    return build_checkpoint(tmp_path_factory.mktemp("odd-vocab") / "llama", "llama", vocab_size=322)
+
+
+@pytest.mark.parametrize(
+    ("size", "checkpoint"),
+    [(2, "llama_checkpoint"), (4, "llama_checkpoint"), (4, "odd_vocab_checkpoint")],
+    ids=["kv-split", "kv-replicated", "vocab-padded"],
+)
+def test_ranks_give_the_whole_models_logits_each_holding_its_share(request, size, checkpoint):
+    path = request.getfixturevalue(checkpoint)
+    cfg = ModelConfig.from_folder(path)
     whole_logits, whole_bytes = run_steps(cfg, SINGLE)
-    ranks = run_ranks(llama_checkpoint, size)
-    replicated = 2 * cfg.vocab_size * cfg.hidden_size + (2 * cfg.num_layers + 1) * cfg.hidden_size
-    sharded = (whole_bytes // 4) - replicated  # float32 elements of the split layers
+    ranks = run_ranks(path, size)
+    norms = (2 * cfg.num_layers + 1) * cfg.hidden_size
+    vocab_whole = 2 * cfg.vocab_size * cfg.hidden_size  # the embedding and the untied head
+    kv_whole = 2 * cfg.num_layers * cfg.hidden_size * cfg.num_kv_heads * cfg.head_dim
+    layers = whole_bytes // 4 - norms - vocab_whole - kv_whole  # float32 elements split N ways
+    rows = -(-cfg.vocab_size // size)
     for rank, (logits, weight_bytes) in ranks.items():
-        torch.testing.assert_close(logits, whole_logits, rtol=1e-5, atol=1e-5)
+        if rank == 0:  # the others' logits are their own rows only: nothing reads them
+            assert logits.shape == whole_logits.shape
+            torch.testing.assert_close(logits, whole_logits, rtol=1e-5, atol=1e-5)
+        else:
+            assert logits.shape == (len(whole_logits), rows)
         local = ShardLayout(rank, size).local_config(cfg)
-        kv_whole = 2 * cfg.num_layers * cfg.hidden_size * cfg.num_kv_heads * cfg.head_dim
-        kv_local = kv_whole // cfg.num_kv_heads * local.num_kv_heads
-        expected = replicated + (sharded - kv_whole) // size + kv_local  # KV projections replicated past 2 ranks
+        kv_local = kv_whole // cfg.num_kv_heads * local.num_kv_heads  # KV projections replicated past 2 ranks
+        expected = norms + 2 * rows * cfg.hidden_size + layers // size + kv_local
         assert weight_bytes == 4 * expected, (rank, weight_bytes, 4 * expected)
 
 

@@ -1,6 +1,6 @@
 """The engine with tensor parallelism on CPU processes: greedy tokens equal transformers' for
 every architecture with the KV heads split (2 ranks) and replicated (4), through chunked
-prefill, prefix hits, preemption and n > 1; a rank killed with -9 fails the next step and
+prefill, prefix hits, preemption and n > 1, and with the host KV tier; a rank killed with -9 fails the next step and
 leaves no rank running; the sizes and settings it refuses."""
 
 from __future__ import annotations
@@ -42,6 +42,25 @@ def test_greedy_tokens_equal_transformers_through_chunks_prefix_hits_and_preempt
     assert run(llm, requests) == expected
     stats = llm.stats()
     assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0 and stats.kv_blocks_used == 0
+
+
+def test_the_host_kv_tier_runs_per_rank_with_outputs_unchanged(llama_checkpoint):
+    """Each rank stores its own heads of an evicted block in its own host slots and loads them
+    back in the same step as the others: preempted and returning sequences continue exactly."""
+    requests = mixed_requests(24, seed=3)
+    model = load_reference(llama_checkpoint)
+    expected = [reference_greedy(model, p, n) for p, n in requests]
+    llm = tiny_llm(
+        llama_checkpoint,
+        tensor_parallel_size=2,
+        kv_cache_memory=12 * FULL_BLOCK_BYTES,
+        swap_space=128 * FULL_BLOCK_BYTES / 2**30,  # 256 blocks of a rank's heads
+        max_model_len=384,
+        max_num_batched_tokens=128,
+    )
+    assert run(llm, requests) == expected
+    host = llm.engine.core.kv.host.stats()
+    assert llm.stats().num_preemptions > 0 and host.blocks_loaded > 0 and host.blocks_total == 256
 
 
 def test_parallel_samples_with_two_ranks(llama_checkpoint):
