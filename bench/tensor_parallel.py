@@ -2,8 +2,9 @@
 ranks (its 9 query heads and 3 KV heads split three ways), each rank's weight and KV-block
 bytes, the time of a decode step (batch 1 and 16) and of a prefill, and the share of rank 0's
 step spent in the collectives (the layers' and the embedding's all-reduces and the logits'
-gather, timed around each call; it includes waiting for the slowest rank). On a CPU host the ranks share its cores, so the figures show what the split costs and
-that it is correct, not a speed-up: on GPUs each rank has a device of its own.
+gather, timed around each call; it includes waiting for the slowest rank). On a CPU host the
+ranks share its cores, so the figures show what the split costs and that it is correct, not a
+speed-up: on GPUs each rank has a device of its own.
 
     python bench/tensor_parallel.py [--model PATH] [--sizes 1 3] [--steps 32]
 """
@@ -44,7 +45,9 @@ class CollectiveTimer:
         return timed
 
 
-def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int, timer: CollectiveTimer) -> tuple[float, float, float]:
+def timed_steps(
+    llm: LLM, prompts: list[list[int]], max_tokens: int, timer: CollectiveTimer
+) -> tuple[float, float, float]:
     """(seconds until every prompt is prefilled; mean seconds of the decode steps after; the
     collectives' share of those)."""
     engine = llm.engine
@@ -91,8 +94,8 @@ def main() -> None:
         del llm, executor, runner
     model = args.model or "the default model"
     print(f"\n{model}; {args.prompt_tokens}-token prompts; {args.steps} decode steps per figure")
-    print("| ranks | weights per rank | KV block per rank | prefill, 1 prompt | decode step, 1 seq | collectives' share "
-          "| prefill, 16 prompts | decode step, 16 seqs | collectives' share |")  # fmt: skip
+    print("| ranks | weights per rank | KV block per rank | prefill, 1 prompt | decode step, 1 seq "
+          "| collectives' share | prefill, 16 prompts | decode step, 16 seqs | collectives' share |")  # fmt: skip
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for size, weights, block, one, many in rows:
         print(

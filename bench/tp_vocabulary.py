@@ -87,10 +87,13 @@ def main() -> None:
     path = str(resolve_model_path(args.model))
     ctx = mp.get_context("spawn")
     results, port = ctx.Queue(), free_port()
-    procs = [ctx.Process(target=rank_main, args=(r, args.ranks, path, port, args.steps, results)) for r in range(args.ranks)]
+    procs = [
+        ctx.Process(target=rank_main, args=(rank, args.ranks, path, port, args.steps, results))
+        for rank in range(args.ranks)
+    ]
     for proc in procs:
         proc.start()
-    found = dict((rank, (times, sizes)) for rank, times, sizes in (results.get(timeout=1800) for _ in procs))
+    found = {rank: (times, sizes) for rank, times, sizes in (results.get(timeout=1800) for _ in procs)}
     for proc in procs:
         proc.join()
     failed = [f"rank {rank}:\n{times}" for rank, (times, _) in found.items() if isinstance(times, str)]
@@ -98,7 +101,8 @@ def main() -> None:
         raise SystemExit("\n".join(failed))
     times, sizes = found[0]
     print(f"\n{path}; {args.ranks} ranks; bfloat16; rank 0's time per step, embedding and logits")
-    print(f"embedding + head per rank: whole {sizes['whole'] / 2**20:.0f} MiB, split {sizes['split'] / 2**20:.0f} MiB\n")
+    whole, split = (sizes[way] / 2**20 for way in ("whole", "split"))
+    print(f"embedding + head per rank: whole {whole:.0f} MiB, split {split:.0f} MiB\n")
     print("| step | whole | split (with all-reduce and gather) | split / whole |")
     print("|---|--:|--:|--:|")
     for shape, _, _ in SHAPES:
