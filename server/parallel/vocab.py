@@ -33,4 +33,4 @@ class VocabShard:
     def logits(self, local: torch.Tensor) -> torch.Tensor:
         """The whole vocabulary's logits on rank 0 (the padding rows cut off); on the other ranks,
         what their part is: nothing reads it."""
-        return self.gather(local)[..., : self.vocab_size]
+        return self.gather(local)[..., : self.vocab_size].contiguous()  # the sampler edits rows in place
