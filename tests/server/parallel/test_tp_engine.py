@@ -13,10 +13,10 @@ import httpx
 import pytest
 import torch.distributed
 
-from argosy import LLM, SamplingParams
+from argosy import LLM, SamplingParams, StructuredOutputsParams
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.parallel.rank_processes import RankDiedError
-from tests.checkpoints import ARCHS, load_reference, reference_greedy, tiny_llm
+from tests.checkpoints import ARCHS, build_checkpoint, load_reference, reference_greedy, tiny_llm
 from tests.polling import wait_until
 from tests.processes import MODEL, alive, children, serve_process
 from tests.server.models.test_greedy_identity import mixed_requests, run
@@ -61,6 +61,19 @@ def test_the_host_kv_tier_runs_per_rank_with_outputs_unchanged(llama_checkpoint)
     assert run(llm, requests) == expected
     host = llm.engine.core.kv.host.stats()
     assert llm.stats().num_preemptions > 0 and host.blocks_loaded > 0 and host.blocks_total == 256
+
+
+def test_a_vocabulary_the_ranks_cannot_share_equally(tmp_path):
+    """322 token rows over 4 ranks: 81 each, the last rank's 79 and 2 of padding, whose logits
+    never reach the sampler (a grammar's mask edits the gathered rows in place)."""
+    path = build_checkpoint(tmp_path / "llama", "llama", vocab_size=322)
+    requests = mixed_requests(6, seed=4)
+    model = load_reference(path)
+    expected = [reference_greedy(model, p, n) for p, n in requests]
+    llm = tiny_llm(path, tensor_parallel_size=4)
+    assert run(llm, requests) == expected
+    choice = SamplingParams(temperature=0.0, max_tokens=8, structured_outputs=StructuredOutputsParams(choice=["ab"]))
+    assert llm.generate("pick", choice)[0].outputs[0].text == "ab"
 
 
 def test_parallel_samples_with_two_ranks(llama_checkpoint):
