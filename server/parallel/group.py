@@ -93,6 +93,14 @@ def check_collectives(device: torch.device) -> None:
         )
 
 
+def check_visible_gpus(size: int, visible: int) -> None:
+    """Refuses more ranks than GPUs: each rank needs a device of its own."""
+    if size > visible:
+        raise InvalidRequestError(
+            f"tensor_parallel_size {size} needs {size} GPUs; visible: {visible}", param="tensor_parallel_size"
+        )
+
+
 def join_group(rank: int, size: int, address: tuple[str, int], device: torch.device) -> TensorParallel:
     """Joins the ranks' group (rank 0 serves the rendezvous at `address`, the others reach it)
     and returns this rank's place in it. The groups are made directly, not as torch.distributed's

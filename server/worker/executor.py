@@ -18,7 +18,7 @@ from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.parallel.group import SINGLE, TensorParallel, check_collectives, join_group
+from argosy.server.parallel.group import SINGLE, TensorParallel, check_collectives, check_visible_gpus, join_group
 from argosy.server.parallel.layout import check_tensor_parallel
 from argosy.server.parallel.plan_channel import receive_plan, send_plan
 from argosy.server.parallel.rank_processes import RankProcesses, share_cpu_threads
@@ -125,11 +125,8 @@ class InProcessExecutor:
             return SINGLE
         check_tensor_parallel(self.model_config, size)
         check_collectives(device)
-        if device.type == "cuda" and size > torch.cuda.device_count():
-            raise InvalidRequestError(
-                f"tensor_parallel_size {size} needs {size} GPUs; {torch.cuda.device_count()} are visible",
-                param="tensor_parallel_size",
-            )
+        if device.type == "cuda":
+            check_visible_gpus(size, torch.cuda.device_count())
         if device.type == "cpu":
             share_cpu_threads(size)
         self.ranks = RankProcesses(self.config, self.model_config, self.limits, self.eos_token_ids)

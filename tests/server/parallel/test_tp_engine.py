@@ -15,6 +15,7 @@ import torch.distributed
 
 from argosy import LLM, SamplingParams, StructuredOutputsParams
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.parallel.group import check_visible_gpus
 from argosy.server.parallel.rank_processes import RankDiedError
 from tests.checkpoints import ARCHS, build_checkpoint, load_reference, reference_greedy, tiny_llm
 from tests.polling import wait_until
@@ -94,6 +95,13 @@ def test_a_rank_killed_fails_the_next_step_and_no_rank_is_left(llama_checkpoint)
     with pytest.raises(RankDiedError, match="rank 2 exited"):
         llm.generate({"prompt_token_ids": [5, 6, 7]}, params)
     assert not any(proc.is_alive() for proc in procs)
+
+
+def test_more_ranks_than_visible_gpus_are_refused_with_the_numbers():
+    check_visible_gpus(2, 2)
+    with pytest.raises(InvalidRequestError, match="tensor_parallel_size 4 needs 4 GPUs; visible: 1") as caught:
+        check_visible_gpus(4, 1)
+    assert caught.value.param == "tensor_parallel_size"
 
 
 def test_a_torch_without_the_collectives_is_refused(llama_checkpoint, monkeypatch):
