@@ -19,10 +19,11 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from argosy.server.models.checkpoint import iter_tensors
+from argosy.server.models.checkpoint import stored_tensors
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.tensor_reader import TensorRead, read_tensors
 from argosy.server.parallel.group import join_group
 from argosy.server.parallel.rank_processes import free_port
 
@@ -43,7 +44,9 @@ def rank_main(rank: int, size: int, path: str, port: int, steps: int, results) -
     try:
         cfg = ModelConfig.from_folder(path)
         shards = join_group(rank, size, ("127.0.0.1", port), CPU)
-        [whole] = [t.to(torch.bfloat16) for name, t in iter_tensors(path) if name.endswith("embed_tokens.weight")]
+        [stored] = [t for t in stored_tensors(path) if t.name.endswith("embed_tokens.weight")]
+        whole = torch.empty(stored.shape, dtype=torch.bfloat16)
+        read_tensors([TensorRead(stored, whole)])
         start, length = shards.layout.vocab_part(cfg)
         mine = torch.zeros(shards.layout.vocab_rows(cfg), cfg.hidden_size, dtype=torch.bfloat16)
         mine[:length] = whole[start : start + length]

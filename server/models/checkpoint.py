@@ -1,14 +1,17 @@
-"""Reading a checkpoint folder in Hugging Face layout: safetensors shards, memory-mapped.
-Nothing here ever touches the network."""
+"""A checkpoint folder in Hugging Face layout: its safetensors shards, and where each tensor's
+bytes lie in them (read from the shards' headers; tensor_reader.py reads the bytes). Nothing
+here ever touches the network."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import math
+import os
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from argosy.server.exceptions import CheckpointError, CheckpointNotFoundError
 
@@ -37,41 +40,67 @@ def find_shards(folder: str | Path) -> list[Path]:
     return shards
 
 
-def iter_tensors(
-    folder: str | Path, part_of: Callable[[str], tuple[int, int, int] | None] | None = None
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yields (name, tensor) for every tensor of every shard; tensors are views of the
-    memory-mapped file until the caller copies them. `part_of(name)`: the (dimension, start,
-    length) of the tensor to read, for a tensor read in part (only those bytes are read)."""
-    for shard in find_shards(folder):
-        try:
-            with safe_open(str(shard), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    part = part_of(name) if part_of is not None else None
-                    if part is None:
-                        yield name, f.get_tensor(name)
-                        continue
-                    dim, start, length = part
-                    piece = f.get_slice(name)
-                    index = [slice(None)] * len(piece.get_shape())
-                    index[dim] = slice(start, start + length)
-                    yield name, piece[tuple(index)]
-        except (SafetensorError, OSError, RuntimeError) as exc:
-            raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
+@dataclass(frozen=True)
+class StoredTensor:
+    """Where one tensor's bytes lie in a shard, from the shard's header."""
+
+    name: str
+    file: Path
+    offset: int  # of its first byte in the file
+    dtype: str  # as safetensors names it: "BF16", "F32", ...
+    shape: tuple[int, ...]
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _DTYPES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.torch_dtype.itemsize
+
+
+_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+}  # fmt: skip
+_MAX_HEADER = 100 << 20  # safetensors' own limit
+
+
+def stored_tensors(folder: str | Path) -> list[StoredTensor]:
+    """Every tensor of every shard, from the shards' headers (no tensor is read), each checked
+    to lie within its file."""
+    return [tensor for shard in find_shards(folder) for tensor in _shard_tensors(shard)]
+
+
+def _shard_tensors(shard: Path) -> list[StoredTensor]:
+    try:
+        with open(shard, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            (length,) = struct.unpack("<Q", f.read(8).ljust(8, b"\0"))
+            if not 2 <= length <= min(_MAX_HEADER, size - 8):
+                raise ValueError(f"a header of {length} bytes in a file of {size}")
+            header = json.loads(f.read(length))
+        data = 8 + length
+        tensors = []
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = entry["data_offsets"]
+            tensor = StoredTensor(name, shard, data + begin, entry["dtype"], tuple(entry["shape"]))
+            if tensor.dtype not in _DTYPES:
+                raise ValueError(f"tensor {name!r} has dtype {tensor.dtype}, which Argosy does not read")
+            if end - begin != tensor.nbytes or not 0 <= begin <= end <= size - data:
+                raise ValueError(f"tensor {name!r} does not lie within the file as its header says")
+            tensors.append(tensor)
+        return tensors
+    except (ValueError, KeyError, TypeError, OSError, struct.error) as exc:
+        raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
 
 
 def checkpoint_manifest(folder: str | Path) -> dict[str, tuple[list[int], str]]:
     """Every tensor's name, shape and stored dtype, from the shards' headers (no tensor is read)."""
-    manifest = {}
-    for shard in find_shards(folder):
-        try:
-            with safe_open(str(shard), framework="pt") as f:
-                for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                    piece = f.get_slice(name)
-                    manifest[name] = (list(piece.get_shape()), piece.get_dtype())
-        except (SafetensorError, OSError, RuntimeError) as exc:
-            raise CheckpointError(shard, f"corrupt or unreadable safetensors file ({exc})") from exc
-    return manifest
+    return {t.name: (list(t.shape), t.dtype) for t in stored_tensors(folder)}
 
 
 def manifest_differences(running: dict, new: dict) -> list[str]:

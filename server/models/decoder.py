@@ -19,6 +19,7 @@ from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.tensor_reader import ReadStats
 from argosy.server.parallel.vocab import VocabShard
 
 Reduce = Callable[[torch.Tensor], torch.Tensor] | None  # sums a partial output across ranks; None: one rank
@@ -90,6 +91,7 @@ class CausalLM(nn.Module):
     ):
         super().__init__()
         self.config, self.vocab = cfg, vocab
+        self.checkpoint_read = ReadStats()  # what loading it read from the checkpoint
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears, all_reduce) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)

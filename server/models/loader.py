@@ -12,12 +12,13 @@ import torch
 
 from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.exceptions import CheckpointError
-from argosy.server.models.checkpoint import iter_tensors
+from argosy.server.models.checkpoint import stored_tensors
 from argosy.server.models.decoder import CausalLM
 from argosy.server.models.layers import RotaryEmbedding
 from argosy.server.models.linear import process_weights
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.tensor_reader import TensorRead, read_tensors
 from argosy.server.parallel.group import SINGLE, TensorParallel
 
 _FUSED = {
@@ -51,7 +52,9 @@ def load_model(
     model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels).to(device)
     params = dict(model.named_parameters())
     loaded: set[tuple[str, int]] = set()
-    for name, tensor in iter_tensors(cfg.path, lambda name: layout.shard(name, cfg)):
+    reads = []
+    for stored in stored_tensors(cfg.path):
+        name = stored.name
         if _IGNORED.match(name) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
             continue
         target, part = _target(name)
@@ -60,12 +63,16 @@ def load_model(
         dest = _slice(params[target], part, local, target)
         if target in _VOCABULARY and layout.size > 1:  # the last rank's run ends in zero rows
             dest = dest.zero_().narrow(0, 0, layout.vocab_part(cfg)[1])
-        if dest.shape != tensor.shape:
-            raise CheckpointError(
-                cfg.path, f"tensor {name!r} has shape {list(tensor.shape)}, expected {list(dest.shape)}"
-            )
-        with torch.no_grad():
-            dest.copy_(tensor)
+        piece = layout.shard(name, cfg)
+        shape = list(stored.shape)
+        if piece is not None:
+            dim, start, length = piece
+            if start + length > shape[dim]:
+                raise CheckpointError(cfg.path, f"tensor {name!r} has shape {shape}, too small for the model's")
+            shape[dim] = length
+        if list(dest.shape) != shape:
+            raise CheckpointError(cfg.path, f"tensor {name!r} has shape {shape}, expected {list(dest.shape)}")
+        reads.append(TensorRead(stored, dest, piece))
         loaded.add((target, part))
     missing = [name for name in params if not _fully_loaded(name, loaded)]
     if missing:
@@ -74,6 +81,8 @@ def load_model(
             f"missing tensors for: {', '.join(missing[:5])}"
             + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
         )
+    with torch.no_grad():
+        model.checkpoint_read = read_tensors(reads)
     if shards.layout.size > 1:  # split by input columns: their rows' scales span every rank's slice
         for layer in model.layers:
             layer.self_attn.o_proj.row_max = layer.mlp.down_proj.row_max = shards.max_over_ranks

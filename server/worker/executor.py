@@ -18,6 +18,7 @@ from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.tensor_reader import ReadStats
 from argosy.server.parallel.group import SINGLE, TensorParallel, check_collectives, check_visible_gpus, join_group
 from argosy.server.parallel.layout import check_tensor_parallel
 from argosy.server.parallel.plan_channel import receive_plan, send_plan
@@ -114,6 +115,7 @@ class InProcessExecutor:
             (num_blocks + reserved) * block_bytes,
             clock.seconds,
             None if self.variants is None else self.variants.count(),
+            sum((each.model.checkpoint_read for each in runners), ReadStats()),
         )
         log.info(report.line())
         return DeviceReady(num_blocks, report.line(), num_host_blocks)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from argosy.server.models.tensor_reader import ReadStats
+
 _MIB = 1 << 20
 
 
@@ -23,16 +25,24 @@ class StartupReport:
     kv_cache_bytes: int  # all of the cache tensor, the null block included
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time, in order
     kernel_variants: int | None = None  # Triton kernel variants compiled (or, interpreted, keyed) by the warm-up
+    checkpoint_read: ReadStats = field(default_factory=ReadStats)  # in the load phase
 
     def line(self) -> str:
         graphs = f"{len(self.graph_sizes)} sizes {_ranges(self.graph_sizes)}" if self.graph_sizes else "off"
-        phases = ", ".join(f"{name} {secs:.2f}s" for name, secs in self.seconds.items())
+        phases = ", ".join(f"{name} {secs:.2f}s{self._rate(name)}" for name, secs in self.seconds.items())
         warmed = "" if self.kernel_variants is None else f" ({self.kernel_variants} kernel variants warmed)"
         return (
             f"engine ready on {self.device}: attention backend {self.backend}{warmed}, cuda graphs {graphs}, "
             f"quantization {self.quantization or 'none'}, weights {self.weight_bytes / _MIB:.1f} MiB, "
             f"KV cache {self.kv_blocks} blocks ({self.kv_cache_bytes / _MIB:.1f} MiB); {phases}"
         )
+
+    def _rate(self, phase: str) -> str:
+        read = self.checkpoint_read
+        if phase != "load" or not read.bytes or read.seconds <= 0:
+            return ""
+        gigabytes = read.bytes / 1e9
+        return f" (checkpoint {gigabytes:.2f} GB read in {read.seconds:.2f}s, {gigabytes / read.seconds:.2f} GB/s)"
 
 
 def tensor_bytes(module: torch.nn.Module) -> int:
