@@ -1,8 +1,9 @@
 """Checkpoint loading against the disk: for each checkpoint, the raw sequential read of its
-safetensors files (one reader, 16 MiB reads) and the engine's load of the same files into the
-model (the CPU device, bfloat16: read, convert, lay out), side by side, from a cold page cache
-(each file dropped with posix_fadvise after an fsync) and from a warm one; then the time from
-`argosy serve` to a healthy server, by phase.
+safetensors files (one reader, 16 MiB reads), the copy of every tensor out of safetensors'
+memory map (how loading went before), and the engine's load of the same files into the model
+(the CPU device, bfloat16: read, convert, lay out), side by side, from a cold page cache (each
+file dropped with posix_fadvise after an fsync) and from a warm one; then the time from
+`argosy serve` to a healthy server, by phase, cold and warm.
 
     python bench/load.py [--model PATH ...] [--generated-gb 2] [--repeats 3] [--folder DIR]
 
@@ -21,9 +22,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import save_file
 
 from argosy.kernels.attention_backend import select_backend
@@ -31,6 +34,7 @@ from argosy.server.models.checkpoint import find_shards
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.rank_processes import free_port
 
 CPU = torch.device("cpu")
 READ_BYTES = 16 << 20
@@ -59,8 +63,9 @@ def raw_read(files: list[Path]) -> int:
 
 
 def generate_checkpoint(folder: Path, gigabytes: float) -> Path:
-    """A random Llama-shaped bfloat16 checkpoint of about `gigabytes`, in 1 GB shards."""
-    hidden, inter, heads, kv_heads, vocab = 2048, 5632, 16, 4, 32000
+    """A random Llama-shaped bfloat16 checkpoint of about `gigabytes`, in 1 GB shards, with the
+    default model's tokenizer (so that `argosy serve` takes it)."""
+    hidden, inter, heads, kv_heads, vocab = 2048, 5632, 16, 4, 49152
     head_dim = hidden // heads
     per_layer = 2 * (hidden * hidden + hidden * kv_heads * head_dim) + 3 * hidden * inter + 2 * hidden
     layers = max(1, round((gigabytes * 1e9 / 2 - 2 * vocab * hidden) / per_layer))
@@ -72,6 +77,8 @@ def generate_checkpoint(folder: Path, gigabytes: float) -> Path:
         "bos_token_id": 1, "eos_token_id": 2,
     }  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(resolve_model_path(None) / name, folder / name)
     (folder / "config.json").write_text(json.dumps(config))
     generator = torch.Generator().manual_seed(0)
 
@@ -107,48 +114,74 @@ def generate_checkpoint(folder: Path, gigabytes: float) -> Path:
     return folder
 
 
-def load_once(path: Path) -> float:
+def mmap_copy(files: list[Path]) -> None:
+    """The way loading went before: each tensor copied out of safetensors' memory map into a
+    bfloat16 tensor of its own (every page a fault)."""
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                torch.empty(f.get_slice(name).get_shape(), dtype=torch.bfloat16).copy_(f.get_tensor(name))
+
+
+def load_model_once(path: Path) -> None:
+    """The engine's load into the model (plain layers: the CPU's packed formats are a step of
+    their own after the load, timed by `argosy serve`'s phases below)."""
     cfg = ModelConfig.from_folder(path)
-    start = time.perf_counter()
-    model = load_model(cfg, torch.bfloat16, CPU, 2048, select_backend("torch", CPU, cfg.num_kv_heads))
-    seconds = time.perf_counter() - start
-    del model
-    return seconds
+    load_model(cfg, torch.bfloat16, CPU, 2048, select_backend("torch", CPU, cfg.num_kv_heads))
 
 
-def measure(path: Path, repeats: int) -> list[tuple[str, int, float, float]]:
-    """(page cache, bytes, raw seconds, load seconds): medians of `repeats` runs."""
+def measure(path: Path, repeats: int) -> list[tuple[str, int, float, float, float]]:
+    """(page cache, bytes, raw seconds, memory-map copy seconds, load seconds): medians of
+    `repeats` runs, the three interleaved."""
     files = list(find_shards(path))
     rows = []
     for cache in ("cold", "warm"):
-        raws, loads = [], []
+        times: dict[str, list[float]] = {"raw": [], "mmap": [], "load": []}
         size = 0
         for _ in range(repeats):
-            if cache == "cold":
-                drop_page_cache(files)
-            start = time.perf_counter()
-            size = raw_read(files)
-            raws.append(time.perf_counter() - start)
-            if cache == "cold":
-                drop_page_cache(files)
-            loads.append(load_once(path))
-        rows.append((cache, size, statistics.median(raws), statistics.median(loads)))
+            for way in times:
+                if cache == "cold":
+                    drop_page_cache(files)
+                start = time.perf_counter()
+                if way == "raw":
+                    size = raw_read(files)
+                elif way == "mmap":
+                    mmap_copy(files)
+                else:
+                    load_model_once(path)
+                times[way].append(time.perf_counter() - start)
+        rows.append((cache, size, *(statistics.median(t) for t in times.values())))
     return rows
 
 
 def serve_phases(path: Path) -> str:
-    """`argosy serve` on the checkpoint until healthy: its start-up report's phases."""
-    command = [sys.executable, "-m", "argosy", "serve", "--model", str(path), "--port", "0"]
-    command += ["--kv-cache-memory", str(256 << 20)]
+    """`argosy serve` on the checkpoint until /health answers 200: when the API listened, the
+    engine's start-up phases (its log line), and the total."""
+    port = free_port()
+    command = [sys.executable, "-m", "argosy", "serve", "--model", str(path), "--port", str(port)]
+    command += ["--kv-cache-memory", str(256 << 20), "--max-model-len", "2048"]
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    listening, phases = None, "?"
     try:
         for line in proc.stdout:
-            if "engine ready" in line:
-                phases = line.split("; ")[-1].strip()
-            if "Uvicorn running" in line or "Application startup complete" in line:
-                return f"{time.perf_counter() - start:.1f} s to healthy; {phases}"
-        raise RuntimeError(f"argosy serve exited {proc.wait()} before it was healthy")
+            message = json.loads(line).get("message", "") if line.startswith("{") else line
+            if "Uvicorn running" in message:
+                listening = time.perf_counter() - start
+            elif "engine ready" in message:
+                phases = message.split("; ")[-1].strip()
+            elif " loaded: " in message:
+                break
+        else:
+            raise RuntimeError(f"argosy serve exited {proc.wait()} before it was healthy")
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.05)
+        return f"healthy in {time.perf_counter() - start:.2f}s; API listening at {listening:.2f}s; engine: {phases}"
     finally:
         proc.terminate()
         proc.wait(30)
@@ -173,19 +206,19 @@ def main() -> None:
             generate_checkpoint(generated, args.generated_gb)
         paths.append(generated)
     try:
-        print("\n| checkpoint | page cache | GB | raw read GB/s | load GB/s | load / raw |")
-        print("|---|---|--:|--:|--:|--:|")
+        print("\n| checkpoint | page cache | GB | raw read GB/s | memory-map copy GB/s | load GB/s | load / raw |")
+        print("|---|---|--:|--:|--:|--:|--:|")
         for path in paths:
-            for cache, size, raw, load in measure(path, args.repeats):
-                print(
-                    f"| {path.name} | {cache} | {size / 1e9:.2f} | {size / raw / 1e9:.2f} | {size / load / 1e9:.2f} "
-                    f"| {raw / load:.2f}x |",
-                    flush=True,
-                )
+            for cache, size, raw, mmap, load in measure(path, args.repeats):
+                rates = " | ".join(f"{size / seconds / 1e9:.2f}" for seconds in (raw, mmap, load))
+                print(f"| {path.name} | {cache} | {size / 1e9:.2f} | {rates} | {raw / load:.2f}x |", flush=True)
         if not args.no_serve:
             print()
             for path in paths:
-                print(f"{path.name}: {serve_phases(path)}")
+                for cache in ("cold", "warm"):
+                    if cache == "cold":
+                        drop_page_cache(list(find_shards(path)))
+                    print(f"{path.name}, {cache}: {serve_phases(path)}", flush=True)
     finally:
         if scratch is not None and args.folder is None:
             shutil.rmtree(scratch, ignore_errors=True)
