@@ -25,10 +25,11 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from argosy.operator.custom_resource import CustomResource
+from argosy.operator.model_cache.resource import MODEL_CACHE_RESOURCE
 from argosy.operator.resource import INFERENCE_SERVICE_RESOURCE
 
 ROOT = Path(__file__).resolve().parents[1]
-RESOURCES = (INFERENCE_SERVICE_RESOURCE,)
+RESOURCES = (INFERENCE_SERVICE_RESOURCE, MODEL_CACHE_RESOURCE)
 _CONSTRAINTS = {
     annotated_types.Ge: ("minimum", "ge"),
     annotated_types.Le: ("maximum", "le"),

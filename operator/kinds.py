@@ -30,9 +30,11 @@ class Kind:
         objects, the object it belongs to."""
         return f"{self.group}/{self.kind.lower()}"
 
-    def path(self, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        """The object's (or, without a name, the collection's) path; namespace None: cluster-scoped,
+        or, for a namespaced kind, every namespace's."""
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        path = f"{base}/namespaces/{namespace}/{self.plural}"
+        path = f"{base}/namespaces/{namespace}/{self.plural}" if namespace else f"{base}/{self.plural}"
         return path + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
 
 
@@ -46,5 +48,8 @@ HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 GATEWAY = Kind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
 POD = Kind("", "v1", "pods", "Pod")
 INFERENCE_SERVICE = Kind(GROUP, VERSION, "inferenceservices", "InferenceService")
+MODEL_CACHE = Kind(GROUP, VERSION, "modelcaches", "ModelCache")
+NODE = Kind("", "v1", "nodes", "Node")  # cluster-scoped: its path takes no namespace
+SECRET = Kind("", "v1", "secrets", "Secret")
 # What the operator creates for an InferenceService (pods through the Deployment), and so watches.
 OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)

@@ -218,11 +218,12 @@ def test_the_committed_crds_are_what_the_models_generate():
 
 def test_a_stale_crd_is_reported(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(crd, "ROOT", tmp_path)
-    (resource,) = crd.RESOURCES
-    stale, copy = crd.targets(resource)
-    for path in (stale, copy):
-        path.parent.mkdir(parents=True)
-        path.write_text(crd.render(resource))
+    for each in crd.RESOURCES:
+        for path in crd.targets(each):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(crd.render(each))
+    resource = crd.RESOURCES[0]
+    stale, _ = crd.targets(resource)
     stale.write_text(crd.render(resource).replace("minimum: 16", "minimum: 8"))
     assert crd.main(["--check"]) == 1 and f"{stale.name} is out of date" in capsys.readouterr().err
     assert crd.main([]) == 0 and crd.main(["--check"]) == 0 and stale.read_text() == crd.render(resource)

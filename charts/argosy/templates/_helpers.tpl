@@ -36,6 +36,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["argosy.dev"]
   resources: ["inferenceservices/status"]
   verbs: ["patch"]
+- apiGroups: ["argosy.dev"]
+  resources: ["modelcaches"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["argosy.dev"]
+  resources: ["modelcaches/status"]
+  verbs: ["patch"]
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "list", "watch", "create", "patch"]
@@ -65,6 +71,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["create"]
 - apiGroups: ["argosy.dev"]
   resources: ["inferenceservices/finalizers"]
+  verbs: ["update"]
+- apiGroups: ["argosy.dev"]
+  resources: ["modelcaches/finalizers"]
   verbs: ["update"]
 {{- end -}}
 
