@@ -1,4 +1,4 @@
-"""The `argosy` command: `argosy serve`, `argosy operator`, `argosy generate`.
+"""The `argosy` command: `argosy serve`, `argosy operator`, `argosy agent`, `argosy generate`.
 
 Only the chosen verb's module is imported, so that `argosy operator` never loads torch."""
 
@@ -12,6 +12,12 @@ import sys
 VERBS = {
     "serve": ("run the OpenAI-compatible HTTP server", "argosy.server.api.serve_command", "add_serve_args", "serve"),
     "operator": ("run the Kubernetes operator", "argosy.operator.main", "add_operator_args", "run"),
+    "agent": (
+        "run a node's model-cache agent, or print a folder's manifest (agent manifest FOLDER)",
+        "argosy.operator.model_cache.agent.main",
+        "add_agent_args",
+        "run",
+    ),
     "generate": (
         "complete one prompt offline and print the text",
         "argosy.server.generate_command",

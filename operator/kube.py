@@ -33,7 +33,8 @@ class KubeClient:
             config.load_kube_config(config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration)
         return cls(client.ApiClient(configuration))
 
-    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The object, or None; namespace None for a cluster-scoped kind."""
         try:
             return self._call("GET", kind.path(namespace, name))
         except ApiException as exc:
@@ -41,8 +42,12 @@ class KubeClient:
                 return None
             raise
 
-    def list(self, kind: Kind, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        return self._call("GET", kind.path(namespace), query=[("labelSelector", label_selector)])["items"]
+    def list(
+        self, kind: Kind, namespace: str | None, label_selector: str = "", field_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        """Objects of a namespace (None: of every namespace, or of a cluster-scoped kind)."""
+        query = [(key, value) for key, value in (("labelSelector", label_selector), ("fieldSelector", field_selector))]
+        return self._call("GET", kind.path(namespace), query=[q for q in query if q[1]])["items"]
 
     def create(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -53,7 +58,7 @@ class KubeClient:
             raise
 
     def patch(
-        self, kind: Kind, namespace: str, name: str, body: dict[str, Any], subresource: str | None = None
+        self, kind: Kind, namespace: str | None, name: str, body: dict[str, Any], subresource: str | None = None
     ) -> dict[str, Any]:
         return self._call(
             "PATCH", kind.path(namespace, name, subresource), body=body, content_type="application/merge-patch+json"
