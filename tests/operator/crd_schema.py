@@ -13,11 +13,10 @@ import jsonschema
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD_PATH = ROOT / "crds" / "inferenceservices.argosy.dev.yaml"
 
 
-def load_crd() -> dict[str, Any]:
-    return yaml.safe_load(CRD_PATH.read_text())
+def load_crd(name: str = "inferenceservices.argosy.dev") -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "crds" / f"{name}.yaml").read_text())
 
 
 def openapi_schema(crd: dict[str, Any]) -> dict[str, Any]:
