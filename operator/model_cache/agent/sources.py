@@ -4,6 +4,7 @@ an offset, so that a copy resumes where it stopped."""
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -65,8 +66,8 @@ def _chunks(response, url: str) -> Iterator[bytes]:
         try:
             while chunk := response.read(CHUNK_BYTES):
                 yield chunk
-        except OSError as exc:
-            raise FetchError("SourceUnreachable", f"GET {url}: {exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:  # a connection cut midway
+            raise FetchError("SourceUnreachable", f"GET {url}: {exc!r}") from exc
 
 
 @dataclass(frozen=True)
