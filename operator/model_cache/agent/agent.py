@@ -106,6 +106,7 @@ class Agent:
             self._evict(victim, key)
         if decision.finish:
             self.store.finish(key, attempt.manifest)
+            attempt.copied = False
         if decision.start:
             self._start(key, attempt, cache, spec)
         return self._entry(decision, attempt, generation)

@@ -104,10 +104,10 @@ def quota_view(
         HeldCopy(k, c.size, c.last_used, k in wanted, wanted.get(k, False), k in in_use, busy=k == key)
         for k, c in held.items()
     ]
-    view += [
+    view += [  # a copy that has finished but not yet moved into place holds its room too
         HeldCopy(f"{k} (copying)", a.manifest.total, time.time(), True, busy=True)
         for k, a in attempts.items()
-        if k != key and a.running
+        if k != key and (a.running or a.copied)
     ]
     return view
 
