@@ -4,7 +4,6 @@ decisions are the pure builders'; this module only carries them to the API."""
 
 from __future__ import annotations
 
-import datetime
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from argosy.operator.routing_status import routing_problem
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.service import build_pdb, build_service
 from argosy.operator.spec import InferenceServiceSpec
-from argosy.operator.status import Problem, compute_status
+from argosy.operator.status import Problem, compute_status, now
 
 # Kinds that come with add-ons: what the service needs them for, reported when they are missing.
 ADD_ON_KINDS = {
@@ -86,7 +85,7 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
         spec = InferenceServiceSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:  # the CRD schema should have stopped this
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
-        return ReconcileResult(compute_status(owner, None, [], problem, previous, _now()), problem)
+        return ReconcileResult(compute_status(owner, None, [], problem, previous, now()), problem)
     objects = desired_objects(owner, spec)
     for kind in dropped_kinds(objects):
         try:
@@ -109,7 +108,7 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     routing = routing_problem(
         owner, spec.routing and spec.routing.route, applied.get(INFERENCE_POOL), applied.get(HTTP_ROUTE)
     )
-    status = compute_status(owner, deployment, pods, problem, previous, _now(), min_ready, routing)
+    status = compute_status(owner, deployment, pods, problem, previous, now(), min_ready, routing)
     return ReconcileResult(status, problem, changes)
 
 
@@ -175,7 +174,3 @@ def _remove(kube: KubeClient, kind: Kind, owner: Owner) -> bool:
 
 def _owned(obj: dict[str, Any], owner: Owner) -> bool:
     return any(ref.get("uid") == owner.uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -4,6 +4,7 @@ Reconciling and Stalled) so Argo CD and Flux can tell healthy from progressing f
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,28 +107,7 @@ def compute_status(
         state = ("False", "Progressing", f"{ready}/{desired} replicas ready")
     ready_status, reason, message = state
     stalled = problem is not None and problem.stalled
-    reconciling = ready_status == "False" and not stalled
-    conditions = [
-        _condition("Ready", ready_status, reason, message, owner.generation, previous, now),
-        _condition(
-            "Reconciling",
-            "True" if reconciling else "False",
-            reason if reconciling else "Reconciled",
-            message if reconciling else "",
-            owner.generation,
-            previous,
-            now,
-        ),
-        _condition(
-            "Stalled",
-            "True" if stalled else "False",
-            reason if stalled else "NotStalled",
-            message if stalled else "",
-            owner.generation,
-            previous,
-            now,
-        ),
-    ]
+    conditions = kstatus_conditions(ready_status, reason, message, stalled, owner.generation, previous, now)
     return {
         "observedGeneration": owner.generation,
         "replicas": dep_status.get("replicas", 0),
@@ -136,6 +116,35 @@ def compute_status(
         "url": service_url(owner),
         "conditions": conditions,
     }
+
+
+def kstatus_conditions(
+    ready: str, reason: str, message: str, stalled: bool, generation: int, previous: list[dict[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """Ready, and Reconciling or Stalled as kstatus reads them: not ready and not stalled is
+    reconciling."""
+    reconciling = ready == "False" and not stalled
+    return [
+        _condition("Ready", ready, reason, message, generation, previous, now),
+        _condition(
+            "Reconciling",
+            "True" if reconciling else "False",
+            reason if reconciling else "Reconciled",
+            message if reconciling else "",
+            generation,
+            previous,
+            now,
+        ),
+        _condition(
+            "Stalled",
+            "True" if stalled else "False",
+            reason if stalled else "NotStalled",
+            message if stalled else "",
+            generation,
+            previous,
+            now,
+        ),
+    ]
 
 
 def _rolled_out(deployment: dict[str, Any], desired: int, autoscaled: bool) -> bool:
@@ -164,6 +173,11 @@ def _condition(
         "observedGeneration": generation,
         "lastTransitionTime": since,
     }
+
+
+def now() -> str:
+    """The time as conditions and status entries write it."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find_condition(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ Copies run on threads of their own, a few at once; the pass never waits for one.
 
 from __future__ import annotations
 
-import datetime
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ from argosy.operator.model_cache.agent.sources import FetchError, read_whole
 from argosy.operator.model_cache.agent.store import CacheStore
 from argosy.operator.model_cache.nodes import LABEL_PREFIX, READY, ready_label, selects
 from argosy.operator.model_cache.spec import ModelCacheSpec
+from argosy.operator.status import now
 
 log = logging.getLogger("argosy.agent")
 PROGRESS_REPORT_SECONDS = 2.0  # progress alone is written at most this often
@@ -176,7 +176,7 @@ class Agent:
         if not settled and (entry == _without_time(last) or time.monotonic() - when < PROGRESS_REPORT_SECONDS):
             return
         changed_phase = entry["phase"] != last.get("phase")
-        entry["lastTransitionTime"] = _now() if changed_phase else last.get("lastTransitionTime", _now())
+        entry["lastTransitionTime"] = now() if changed_phase else last.get("lastTransitionTime", now())
         self._write(key, entry)
 
     def _write(self, key: str, entry: dict[str, Any] | None) -> None:
@@ -242,7 +242,3 @@ def _running_on(pod: dict, node: str) -> bool:
 
 def _without_time(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "lastTransitionTime"}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
