@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from decimal import Decimal
 from typing import Any
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 from argosy.operator.adapters_config import ADAPTERS_MOUNT, adapters_file_path, lora_enabled
 from argosy.operator.kinds import DEPLOYMENT
 from argosy.operator.labels import labels, manifest, selector_labels
+from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT, READY, copy_folder, ready_label
 from argosy.operator.owner import Owner
 from argosy.operator.spec import (
     MODEL_MOUNT,
@@ -69,7 +71,8 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
     return args
 
 
-def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
+def build_deployment(owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT) -> dict[str, Any]:
+    """`cache_root`: where the nodes' model-cache agents keep their copies (with spec.model.cacheRef)."""
     deployment_spec: dict[str, Any] = {
         "selector": {"matchLabels": selector_labels(owner)},
         "revisionHistoryLimit": 3,
@@ -81,7 +84,7 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]
         "progressDeadlineSeconds": spec.startupTimeoutSeconds + PROGRESS_MARGIN_SECONDS,
         "template": {
             "metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
-            "spec": _pod_spec(owner, spec),
+            "spec": _pod_spec(owner, spec, cache_root),
         },
     }
     if spec.autoscaling is None:  # with autoscaling, the replica count belongs to KEDA's HPA
@@ -98,11 +101,11 @@ def _pod_annotations(spec: InferenceServiceSpec) -> dict[str, str]:
     }
 
 
-def _pod_spec(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
+def _pod_spec(owner: Owner, spec: InferenceServiceSpec, cache_root: str) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [_container(spec)],
         "volumes": [
-            _model_volume(spec),
+            _model_volume(owner, spec, cache_root),
             {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(spec)}},
             {"name": "tmp", "emptyDir": {}},
         ],
@@ -123,7 +126,7 @@ def _pod_spec(owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
     optional = {
         "nodeSelector": node_selector,
         "tolerations": _dump(spec.tolerations),
-        "affinity": spec.affinity,
+        "affinity": _with_cache(spec.affinity, owner, spec),
         "imagePullSecrets": _dump(spec.imagePullSecrets),
         "serviceAccountName": spec.serviceAccountName,
         "priorityClassName": spec.priorityClassName,
@@ -220,7 +223,10 @@ def _dump(items: list[BaseModel]) -> list[dict[str, Any]]:
     return [item.model_dump(exclude_none=True) for item in items]
 
 
-def _model_volume(spec: InferenceServiceSpec) -> dict[str, Any]:
+def _model_volume(owner: Owner, spec: InferenceServiceSpec, cache_root: str) -> dict[str, Any]:
+    if spec.model.cacheRef is not None:
+        path = copy_folder(cache_root, owner.namespace, spec.model.cacheRef.name)
+        return {"name": "model", "hostPath": {"path": path, "type": "Directory"}}
     if spec.model.persistentVolumeClaim is not None:
         return {
             "name": "model",
@@ -229,3 +235,18 @@ def _model_volume(spec: InferenceServiceSpec) -> dict[str, Any]:
     # type Directory: a node without the NVMe folder fails the mount visibly instead of
     # silently creating an empty folder.
     return {"name": "model", "hostPath": {"path": spec.model.hostPath, "type": "Directory"}}
+
+
+def _with_cache(affinity: dict[str, Any] | None, owner: Owner, spec: InferenceServiceSpec) -> dict[str, Any]:
+    """The spec's affinity, with spec.model.cacheRef: also requiring a node whose copy of the
+    ModelCache is ready (added to each of the spec's required terms, which are alternatives)."""
+    if spec.model.cacheRef is None:
+        return affinity
+    ready = {"key": ready_label(owner.namespace, spec.model.cacheRef.name), "operator": "In", "values": [READY]}
+    affinity = copy.deepcopy(affinity or {})
+    required = affinity.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.setdefault("nodeSelectorTerms", []) or [{}]
+    for term in terms:
+        term["matchExpressions"] = [*term.get("matchExpressions", []), ready]
+    required["nodeSelectorTerms"] = terms
+    return affinity

@@ -2,7 +2,10 @@
 Event when something changed. The decisions live in reconcile.py and the builders.
 
 Handlers are registered per Controller: one of Argosy's kinds (its description), the function
-that reconciles an object of it, and the kinds it creates, whose changes reconcile their owner."""
+that reconciles an object of it, and the kinds it creates, whose changes reconcile their owner.
+A ModelCache is reconciled on every change, its status included: the agents write their
+entries there, so a node that comes to hold a copy, or stops, is counted then (a timer would
+cost every ModelCache a kopf finalizer). Every InferenceService that uses it is reconciled too."""
 
 from __future__ import annotations
 
@@ -16,9 +19,12 @@ from typing import Any
 import kopf
 
 from argosy.operator.custom_resource import CustomResource
-from argosy.operator.kinds import GROUP, OWNED_KINDS, Kind
+from argosy.operator.kinds import GROUP, INFERENCE_SERVICE, MODEL_CACHE, OWNED_KINDS, Kind
 from argosy.operator.kube import KubeClient
 from argosy.operator.labels import MANAGED_BY
+from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
+from argosy.operator.model_cache.reconcile import reconcile_cache
+from argosy.operator.model_cache.resource import MODEL_CACHE_RESOURCE
 from argosy.operator.reconcile import ReconcileResult, reconcile
 from argosy.operator.resource import INFERENCE_SERVICE_RESOURCE
 from argosy.operator.status import ready_condition
@@ -33,12 +39,15 @@ RECONCILE_LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict
 @dataclass(frozen=True)
 class Controller:
     resource: CustomResource
-    reconcile: Callable[[KubeClient, dict[str, Any]], ReconcileResult]
+    reconcile: Callable[[KubeClient, dict[str, Any], str], ReconcileResult]  # (kube, body, the nodes' cache root)
     owned: tuple[Kind, ...]
     handler_id: str  # kopf's id of the reconcile handler: its progress annotations carry it
+    on_every_change: bool = False  # status changes too: others write its status
 
 
-CONTROLLERS = (Controller(INFERENCE_SERVICE_RESOURCE, reconcile, OWNED_KINDS, "reconcile_service"),)
+SERVICES = Controller(INFERENCE_SERVICE_RESOURCE, reconcile, OWNED_KINDS, "reconcile_service")
+CACHES = Controller(MODEL_CACHE_RESOURCE, reconcile_cache, (), "reconcile_modelcache", on_every_change=True)
+CONTROLLERS = (SERVICES, CACHES)
 
 
 @kopf.on.startup()
@@ -52,13 +61,14 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         prefix=GROUP, key="last-handled-configuration"
     )
     memo.kube = KubeClient.from_environment()
+    memo.cache_root = memo.get("cache_root") or DEFAULT_CACHE_ROOT
 
 
 def register(controller: Controller) -> None:
     kind = controller.resource.kind
 
     def reconcile_object(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        problem = _reconcile(memo.kube, controller, namespace, name)
+        problem = _reconcile(memo.kube, controller, namespace, name, memo.cache_root)
         if problem is not None and problem.retryable:
             delay = min(MAX_RETRY_DELAY, 10 * 2**retry)
             raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=delay)
@@ -69,10 +79,18 @@ def register(controller: Controller) -> None:
         meta = body.get("metadata") or {}
         name = (meta.get("labels") or {}).get(kind.owner_label)
         if name is not None:
-            _reconcile(memo.kube, controller, meta["namespace"], name)
+            _reconcile(memo.kube, controller, meta["namespace"], name, memo.cache_root)
 
-    for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
-        on(*kind.resource, id=controller.handler_id)(reconcile_object)
+    def object_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+        meta = body.get("metadata") or {}
+        if type != "DELETED":
+            _reconcile(memo.kube, controller, meta["namespace"], meta["name"], memo.cache_root)
+
+    if controller.on_every_change:
+        kopf.on.event(*kind.resource, id=controller.handler_id)(object_changed)
+    else:
+        for on in (kopf.on.resume, kopf.on.create, kopf.on.update):
+            on(*kind.resource, id=controller.handler_id)(reconcile_object)
     for owned in controller.owned:
         kopf.on.event(*owned.resource, id=f"{kind.plural}/owned_object_changed")(owned_object_changed)
 
@@ -81,7 +99,17 @@ for _controller in CONTROLLERS:
     register(_controller)
 
 
-def _reconcile(kube: KubeClient, controller: Controller, namespace: str, name: str):
+@kopf.on.event(*MODEL_CACHE.resource, id="modelcaches/services_using")
+def cache_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A ModelCache's copies changed: the services that use it report it, and may run now."""
+    meta = body.get("metadata") or {}
+    for service in memo.kube.list(INFERENCE_SERVICE, meta["namespace"]):
+        ref = ((service.get("spec") or {}).get("model") or {}).get("cacheRef") or {}
+        if ref.get("name") == meta["name"]:
+            _reconcile(memo.kube, SERVICES, meta["namespace"], service["metadata"]["name"], memo.cache_root)
+
+
+def _reconcile(kube: KubeClient, controller: Controller, namespace: str, name: str, cache_root: str):
     """Reconciles the object as it is now. Reconciles of one object never overlap, and each
     reads the spec afresh, so a late one never undoes a newer spec."""
     kind = controller.resource.kind
@@ -89,7 +117,7 @@ def _reconcile(kube: KubeClient, controller: Controller, namespace: str, name: s
         body = kube.get(kind, namespace, name)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             return None
-        result = controller.reconcile(kube, body)
+        result = controller.reconcile(kube, body, cache_root)
         before = body.get("status") or {}
         if result.status != {k: before.get(k) for k in result.status}:
             kube.patch(kind, namespace, name, {"status": result.status}, subresource="status")

@@ -1,6 +1,7 @@
 """The operator's API permissions: one table that the Helm chart's RBAC and its tests use,
 and that matches the calls in kube.py and handlers.py. Each of Argosy's own kinds (crd.RESOURCES)
-is read, watched and patched, its status written."""
+is read and watched and its status written; the InferenceService is also patched (kopf keeps
+its progress in annotations). The model-cache agent's permissions are agent_rbac.py's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from argosy.operator.kinds import (
     DEPLOYMENT,
     HTTP_ROUTE,
     INFERENCE_POOL,
+    INFERENCE_SERVICE,
+    NODE,
     PDB,
     POD,
     SCALED_OBJECT,
@@ -19,7 +22,8 @@ from argosy.operator.kinds import (
 Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # (apiGroup, resources, verbs)
 
 RULES: list[Rule] = [
-    *((r.kind.group, (r.kind.plural,), ("get", "list", "watch", "patch")) for r in RESOURCES),
+    *((r.kind.group, (r.kind.plural,), ("get", "list", "watch")) for r in RESOURCES),
+    (INFERENCE_SERVICE.group, (INFERENCE_SERVICE.plural,), ("patch",)),
     *((r.kind.group, (f"{r.kind.plural}/status",), ("patch",)) for r in RESOURCES),
     # What the operator builds: created, and patched back when it drifts; optional kinds also deleted.
     *((k.group, (k.plural,), ("get", "list", "watch", "create", "patch")) for k in (DEPLOYMENT, SERVICE, PDB)),
@@ -31,9 +35,12 @@ RULES: list[Rule] = [
     ("", ("events",), ("create",)),
 ]
 
+# Cluster-scoped kinds the operator reads: the nodes a ModelCache selects.
+NODE_RULES: list[Rule] = [(NODE.group, (NODE.plural,), ("list",))]
+
 # Not a call: owned objects carry blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
 # admission plugin (OpenShift, hardened clusters) allows only to who may update the owner's finalizers.
-ADMISSION_RULES: list[Rule] = [(r.kind.group, (f"{r.kind.plural}/finalizers",), ("update",)) for r in RESOURCES]
+ADMISSION_RULES: list[Rule] = [(INFERENCE_SERVICE.group, (f"{INFERENCE_SERVICE.plural}/finalizers",), ("update",))]
 
 # kopf's peering (several operator replicas, one active) and its resource discovery.
 PEERING_RULES: list[Rule] = [

@@ -19,6 +19,7 @@ from argosy.operator.kinds import (
     DEPLOYMENT,
     HTTP_ROUTE,
     INFERENCE_POOL,
+    MODEL_CACHE,
     PDB,
     POD,
     SCALED_OBJECT,
@@ -27,6 +28,8 @@ from argosy.operator.kinds import (
 )
 from argosy.operator.kube import KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
+from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
+from argosy.operator.model_cache.status import service_cache
 from argosy.operator.owner import Owner
 from argosy.operator.routing import build_http_route, build_inference_pool
 from argosy.operator.routing_status import routing_problem
@@ -53,9 +56,11 @@ class ReconcileResult:
     changes: list[str] = field(default_factory=list)  # "created Deployment x", "restored Service x"
 
 
-def desired_objects(owner: Owner, spec: InferenceServiceSpec) -> list[tuple[Kind, dict[str, Any]]]:
+def desired_objects(
+    owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT
+) -> list[tuple[Kind, dict[str, Any]]]:
     objects = [
-        (DEPLOYMENT, build_deployment(owner, spec)),
+        (DEPLOYMENT, build_deployment(owner, spec, cache_root)),
         (SERVICE, build_service(owner)),
         (PDB, build_pdb(owner, spec)),
     ]
@@ -76,7 +81,7 @@ def dropped_kinds(desired: list[tuple[Kind, dict[str, Any]]]) -> list[Kind]:
     return [kind for kind in OPTIONAL_KINDS if kind not in wanted]
 
 
-def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
+def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_CACHE_ROOT) -> ReconcileResult:
     owner = Owner.from_body(body)
     previous = (body.get("status") or {}).get("conditions") or []
     changes: list[str] = []
@@ -86,7 +91,7 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     except ValidationError as exc:  # the CRD schema should have stopped this
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, now()), problem)
-    objects = desired_objects(owner, spec)
+    objects = desired_objects(owner, spec, cache_root)
     for kind in dropped_kinds(objects):
         try:
             if _remove(kube, kind, owner):
@@ -108,7 +113,15 @@ def reconcile(kube: KubeClient, body: dict[str, Any]) -> ReconcileResult:
     routing = routing_problem(
         owner, spec.routing and spec.routing.route, applied.get(INFERENCE_POOL), applied.get(HTTP_ROUTE)
     )
+    cache = None
+    if spec.model.cacheRef is not None:  # its copies decide where the pods may run
+        name, autoscaling = spec.model.cacheRef.name, spec.autoscaling
+        live = kube.get(MODEL_CACHE, owner.namespace, name)
+        cache, waiting = service_cache(name, live, autoscaling.maxReplicas if autoscaling is not None else None)
+        problem = problem or waiting
     status = compute_status(owner, deployment, pods, problem, previous, now(), min_ready, routing)
+    if cache is not None:
+        status["modelCache"] = cache
     return ReconcileResult(status, problem, changes)
 
 

@@ -32,6 +32,15 @@ class Condition(BaseModel):
     )
 
 
+class ModelCacheUse(BaseModel):
+    """The ModelCache of spec.model.cacheRef, as the service sees it."""
+
+    name: str = Field(description="Its name.")
+    readyNodes: int = Field(0, description="Nodes holding a ready copy, where the pods may run.")
+    desiredNodes: int | None = Field(None, description="Nodes it selects.")
+    message: str | None = Field(None, description="What limits the service, such as maxReplicas beyond readyNodes.")
+
+
 class InferenceServiceStatus(BaseModel):
     """Observed state, in kstatus form, so Argo CD and Flux can read health."""
 
@@ -42,6 +51,7 @@ class InferenceServiceStatus(BaseModel):
     readyReplicas: int | None = Field(None, description="Server pods that are ready.")
     selector: str | None = Field(None, description="Label selector of the server pods (for the scale subresource).")
     url: str | None = Field(None, description="The OpenAI-compatible API inside the cluster.")
+    modelCache: ModelCacheUse | None = Field(None, description="With spec.model.cacheRef: where copies are ready.")
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

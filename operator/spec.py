@@ -83,16 +83,16 @@ def model_name_field(description: str) -> Any:
     return Field(min_length=1, max_length=128, pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$", description=description)
 
 
-def relative_path_field(field_path: str, description: str, default: Any = ...) -> Any:
-    """A folder inside the model volume: relative, never above its root."""
+def relative_path_field(field_path: str, description: str, default: Any = ..., max_length: int = 512) -> Any:
+    """A path inside a folder (a volume, a source): relative, never above its root."""
     return Field(
         default,
         min_length=1,
-        max_length=512,
+        max_length=max_length,
         json_schema_extra=rules(
             cel(
                 "!self.startsWith('/') && !self.contains('..')",
-                f"{field_path} must be relative to the volume and must not contain '..'",
+                f"{field_path} must be a relative path and must not contain '..'",
             )
         ),
         description=description,
@@ -105,8 +105,8 @@ class ModelSpec(KubeModel):
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
-                "has(self.hostPath) != has(self.persistentVolumeClaim)",
-                "spec.model needs exactly one volume source, hostPath or persistentVolumeClaim",
+                "[has(self.hostPath), has(self.persistentVolumeClaim), has(self.cacheRef)].filter(x, x).size() == 1",
+                "spec.model needs exactly one volume source, hostPath, persistentVolumeClaim or cacheRef",
             )
         )
     )
@@ -115,7 +115,8 @@ class ModelSpec(KubeModel):
     path: str = relative_path_field(
         "spec.model.path",
         "Checkpoint folder (Hugging Face layout) relative to the volume root; mounted read-only and passed to "
-        "`argosy serve --model /models/<path>`.",
+        "`argosy serve --model /models/<path>`. Default: the volume root (a ModelCache's copy is one checkpoint).",
+        ".",
     )
     hostPath: str | None = Field(
         None,
@@ -124,6 +125,13 @@ class ModelSpec(KubeModel):
         description="Node-local folder (e.g. NVMe) holding checkpoints; mounted at /models.",
     )
     persistentVolumeClaim: VolumeClaim | None = None
+    cacheRef: LocalObjectReference | None = Field(
+        None,
+        description=(
+            "A ModelCache in this namespace: the pods run only on nodes holding a ready copy of it, mounted "
+            "read-only at /models."
+        ),
+    )
     nodeSelector: dict[str, str] = Field(
         default_factory=dict, description="Labels of the nodes that hold this checkpoint."
     )

@@ -6,19 +6,13 @@ from __future__ import annotations
 from pydantic import ConfigDict, Field
 
 from argosy.operator.kube_types import KubeModel, SecretKeyRef, Toleration, cel, rules
+from argosy.operator.spec import relative_path_field
 
-_RELATIVE = "!self.startsWith('/') && !self.contains('..')"
 SHA256_PATTERN = "^[0-9a-f]{64}$"
 
 
 def relative_path(field_path: str, description: str, default=...):
-    return Field(
-        default,
-        min_length=1,
-        max_length=1024,
-        json_schema_extra=rules(cel(_RELATIVE, f"{field_path} must be relative and must not contain '..'")),
-        description=description,
-    )
+    return relative_path_field(field_path, description, default, max_length=1024)
 
 
 class HttpSource(KubeModel):

@@ -53,9 +53,8 @@ def _state(selected: list[str], entries: dict[str, dict[str, Any]], ready: int) 
     for name, entry in entries.items():
         if entry.get("reason") == "QuotaExceeded":
             return "False", "QuotaExceeded", f"{counts}; {name}: {entry.get('message')}", True
-    under_way = [
-        f"{name} {_progress(entries[name])}" for name in selected if entries.get(name, {}).get("phase") != "Ready"
-    ]
+    waiting = [name for name in selected if entries.get(name, {}).get("phase") != "Ready"]
+    under_way = [f"{name} {_progress(entries.get(name, {}))}" for name in waiting]
     return "False", "Copying", f"{counts}; {', '.join(under_way)}", False
 
 

@@ -18,7 +18,9 @@ from tests.operator.emulator import ClusterEmulator
 from tests.polling import eventually
 
 CRD = load_crd()
+CACHE_CRD = load_crd("modelcaches.argosy.dev")
 AIS = kmock.resource("argosy.dev", "v1alpha1", "inferenceservices")
+MODEL_CACHES = kmock.resource("argosy.dev", "v1alpha1", "modelcaches")
 DEPLOYMENTS = kmock.resource("apps", "v1", "deployments")
 SERVICES = kmock.resource("", "v1", "services")
 CONFIG_MAPS = kmock.resource("", "v1", "configmaps")
@@ -47,19 +49,20 @@ def login_to_the_emulator(**_: Any) -> kopf.ConnectionInfo:
 
 
 def declare_resources(emulator: ClusterEmulator, *add_ons: str) -> None:
-    """The built-in kinds, the InferenceService, and the kinds of the add-ons named."""
+    """The built-in kinds, Argosy's kinds, and the kinds of the add-ons named."""
     emulator.resources.load_bundled()
     for resource in [r for r in emulator.resources if r.group == "gateway.networking.k8s.io"]:
         del emulator.resources[resource]  # bundled with the emulator, yet an add-on of real clusters
-    names = CRD["spec"]["names"]
-    emulator.resources[AIS] = kmock.ResourceInfo(
-        namespaced=True,
-        kind=names["kind"],
-        singular=names["singular"],
-        shortnames=set(names["shortNames"]),
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-        subresources={"status", "scale"},
-    )
+    for resource, crd, subresources in ((AIS, CRD, {"status", "scale"}), (MODEL_CACHES, CACHE_CRD, {"status"})):
+        names = crd["spec"]["names"]
+        emulator.resources[resource] = kmock.ResourceInfo(
+            namespaced=True,
+            kind=names["kind"],
+            singular=names["singular"],
+            shortnames=set(names["shortNames"]),
+            verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            subresources=subresources,
+        )
     for resource, kind, singular in (kind for add_on in add_ons for kind in ADD_ONS[add_on]):
         emulator.resources[resource] = kmock.ResourceInfo(
             namespaced=True,
@@ -78,7 +81,7 @@ async def running_operator(namespaces=(NS,)):
     emulator = _current["emulator"]
     since = len(list(emulator))
     served = {resource.plural for resource in emulator.resources}
-    watching = {"inferenceservices"} | ({kind.plural for kind in OWNED_KINDS} & served)
+    watching = {"inferenceservices", "modelcaches"} | ({kind.plural for kind in OWNED_KINDS} & served)
 
     settings = kopf.OperatorSettings()
     settings.scanning.disabled = True

@@ -3,13 +3,15 @@ is granted, and every grant is used."""
 
 from __future__ import annotations
 
-from argosy.operator.rbac import RULES
+from argosy.operator.rbac import NODE_RULES, RULES
 from tests.operator.cluster import (
     AIS,
     CONFIG_MAPS,
     DEPLOYMENTS,
     HTTP_ROUTES,
     INFERENCE_POOLS,
+    MODEL_CACHES,
+    NS,
     PDBS,
     SCALED_OBJECTS,
     SERVICES,
@@ -44,7 +46,8 @@ def used(cluster) -> set[tuple[str, str, str]]:
 
 
 def granted() -> set[tuple[str, str, str]]:
-    return {(group, resource, v) for group, resources, verbs in RULES for resource in resources for v in verbs}
+    rules = RULES + NODE_RULES
+    return {(group, resource, v) for group, resources, verbs in rules for resource in resources for v in verbs}
 
 
 async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
@@ -73,6 +76,14 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         await eventually(lambda: live(cluster, CONFIG_MAPS, "llama") is None)
         await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
         await eventually(lambda: live(cluster, INFERENCE_POOLS, "llama") is None)
+        # A service whose checkpoint a ModelCache holds on the nodes.
+        await cluster.post("/api/v1/nodes", json={"metadata": {"name": "node-a"}})
+        cache = {"source": {"http": {"url": "https://models.example/llama"}}, "manifestPath": "manifest.json"}
+        await cluster.post(path(MODEL_CACHES), json={"metadata": {"name": "llama", "namespace": NS}, "spec": cache})
+        await eventually(lambda: live(cluster, MODEL_CACHES, "llama")["status"]["desiredNodes"] == 1)
+        cached = inference_service("cached", model={"name": "llama", "cacheRef": {"name": "llama"}})
+        await cluster.post(path(AIS), json=cached)
+        await eventually(lambda: live(cluster, AIS, "cached")["status"]["modelCache"]["readyNodes"] == 0)
         await eventually(lambda: granted() <= used(cluster), what="every granted call")
     assert used(cluster) <= granted(), used(cluster) - granted()
     # The Deployment, Service and pod watches were filtered by the API server.

@@ -38,7 +38,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["patch"]
 - apiGroups: ["argosy.dev"]
   resources: ["modelcaches"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 - apiGroups: ["argosy.dev"]
   resources: ["modelcaches/status"]
   verbs: ["patch"]
@@ -72,9 +72,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["argosy.dev"]
   resources: ["inferenceservices/finalizers"]
   verbs: ["update"]
-- apiGroups: ["argosy.dev"]
-  resources: ["modelcaches/finalizers"]
-  verbs: ["update"]
 {{- end -}}
 
 {{/* kopf's namespaced peering (rbac.py PEERING_RULES). */}}
@@ -84,7 +81,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   verbs: ["get", "list", "watch", "patch"]
 {{- end -}}
 
-{{/* What kopf needs cluster-wide in either scope (rbac.py CLUSTER_RULES). */}}
+{{/* What kopf needs cluster-wide in either scope (rbac.py CLUSTER_RULES), and the nodes a
+ModelCache selects (rbac.py NODE_RULES). */}}
 {{- define "argosy.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
@@ -92,6 +90,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list"]
 - apiGroups: ["kopf.dev"]
   resources: ["clusterkopfpeerings"]
   verbs: ["get", "list", "watch", "patch"]

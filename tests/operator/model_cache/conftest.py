@@ -6,25 +6,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import kmock
 import pytest
 
-from tests.operator.crd_schema import load_crd
-from tests.operator.model_cache.harness import MODEL_CACHES
 from tests.operator.model_cache.source_server import SourceServer
 
 
 @pytest.fixture
 async def caches(cluster):
-    names = load_crd("modelcaches.argosy.dev")["spec"]["names"]
-    cluster.resources[MODEL_CACHES] = kmock.ResourceInfo(
-        namespaced=True,
-        kind=names["kind"],
-        singular=names["singular"],
-        shortnames=set(names["shortNames"]),
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-        subresources={"status"},
-    )
     for name in ("node-a", "node-b"):
         await cluster.post("/api/v1/nodes", json={"metadata": {"name": name, "labels": {"disk": "nvme"}}})
     return cluster
