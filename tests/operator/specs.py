@@ -37,6 +37,21 @@ SPECS = {
         "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "40Gi"}, "requests": {"cpu": "4", "memory": "32Gi"}},
     },
     "autoscaled": {"model": MODEL, "autoscaling": AUTOSCALING, "resources": {"limits": {"nvidia.com/gpu": 1}}},
+    "model-cache": {
+        "model": {"name": "llama-3-8b", "cacheRef": {"name": "llama-3-8b"}},
+        "autoscaling": AUTOSCALING,
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]},
+                        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h200"]}]},
+                    ]
+                }
+            }
+        },
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    },
     "fractional-target": {
         "model": MODEL,
         "autoscaling": {**AUTOSCALING, "minReplicas": 2, "targetWaitingRequests": 2.5},
