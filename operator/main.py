@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from argosy.flags import add_flags, config_from_args, setting
+from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
 
 
 @dataclass
@@ -26,6 +27,9 @@ class OperatorOptions:
     liveness: str = setting("http://0.0.0.0:8080/healthz", "URL of the liveness endpoint ('' to disable)")
     log_format: Literal["json", "plain", "full"] = setting("json", "kopf's log format")
     verbose: bool = setting(False, "debug logging")
+    cache_root: str = setting(
+        DEFAULT_CACHE_ROOT, "the nodes' model-cache folder, as the agents keep it (the same on every node)"
+    )
 
 
 def add_operator_args(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         peering_name=options.peering,
         priority=peering_priority(options.priority),
         liveness_endpoint=options.liveness or None,
+        memo=kopf.Memo(cache_root=options.cache_root),
     )
     return 0
 

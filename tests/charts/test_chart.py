@@ -19,6 +19,8 @@ import argosy
 from argosy.operator import rbac
 from argosy.operator.labels import labels as pod_labels
 from argosy.operator.main import add_operator_args
+from argosy.operator.model_cache.agent.main import add_agent_args, parse_quantity
+from argosy.operator.model_cache.agent.rbac import AGENT_RULES
 from argosy.operator.owner import Owner
 from argosy.operator.spec import DEFAULT_IMAGE
 from tests.operator.crd_schema import openapi_schema, to_jsonschema
@@ -41,6 +43,17 @@ OPTIONS = {
     },
     "standalone": {"replicaCount": 1, "operator": {"peering": {"enabled": False}, "logFormat": "plain"}},
     "no-rbac": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "existing"}},
+    "agent": {
+        "agent": {
+            "cacheRoot": "/mnt/nvme/argosy",
+            "quota": "800Gi",
+            "libraryClaims": ["models", "finetunes"],
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "priorityClassName": "system-node-critical",
+        }
+    },
+    "no-agent": {"agent": {"enabled": False}},
     "scheduling": {
         "image": {"tag": "0.2.0", "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": "registry"}],
@@ -136,7 +149,7 @@ def table(*tables) -> set[tuple[str, str, str]]:
 
 def test_rbac_is_exactly_the_operators_table():
     cluster = render({})
-    assert rules_of(cluster, "ClusterRole") == table(
+    assert rules_of(cluster, "ClusterRole", "argosy") == table(
         rbac.RULES, rbac.ADMISSION_RULES, rbac.PEERING_RULES, rbac.CLUSTER_RULES, rbac.NODE_RULES
     )
     scoped = render(OPTIONS["namespace-scope"])
@@ -144,9 +157,9 @@ def test_rbac_is_exactly_the_operators_table():
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["batch", "llm"]
     for role in roles:
         assert rules_of([role], "Role") == table(rbac.RULES, rbac.ADMISSION_RULES, rbac.PEERING_RULES)
-    assert rules_of(scoped, "ClusterRole") == table(rbac.CLUSTER_RULES, rbac.NODE_RULES)
-    binding = next(d for d in cluster if d["kind"] == "ClusterRoleBinding")
-    account = next(d for d in cluster if d["kind"] == "ServiceAccount")
+    assert rules_of(scoped, "ClusterRole", "argosy-discovery") == table(rbac.CLUSTER_RULES, rbac.NODE_RULES)
+    binding = next(d for d in cluster if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "argosy")
+    account = next(d for d in cluster if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "argosy")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "argosy-system"}
     ]
@@ -169,6 +182,36 @@ def test_operator_deployment_runs_argosy_operator_hardened():
     assert "--standalone" in operator_container(render(OPTIONS["standalone"]))["args"]
 
 
+def test_the_agent_runs_on_every_selected_node_with_the_cache_root_at_its_host_path():
+    docs = render(OPTIONS["agent"])
+    [daemon] = [d for d in docs if d["kind"] == "DaemonSet"]
+    pod = daemon["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    parser = argparse.ArgumentParser()
+    add_agent_args(parser)
+    args = parser.parse_args(container["args"][1:])
+    assert container["args"][0] == "agent" and args.cache_root == "/mnt/nvme/argosy" and args.quota == "800Gi"
+    assert parse_quantity(args.quota) == 800 * 2**30 and args.library_root == "/libraries"
+    [cache] = [v for v in pod["volumes"] if v["name"] == "cache"]
+    assert cache["hostPath"] == {"path": "/mnt/nvme/argosy", "type": "DirectoryOrCreate"}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["cache"]["mountPath"] == "/mnt/nvme/argosy"  # what the inference pods' hostPath names
+    assert mounts["library-models"] == {"name": "library-models", "mountPath": "/libraries/models", "readOnly": True}
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {"models", "finetunes"}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    assert env == {"NODE_NAME": "spec.nodeName", "POD_IP": "status.podIP"}
+    assert (
+        pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    )
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "--cache-root=/mnt/nvme/argosy" in operator_container(docs)["args"]  # the operator mounts the same root
+    assert rules_of(docs, "ClusterRole", "argosy-agent") == table(AGENT_RULES)
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "argosy-agent")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"] == "argosy-agent"
+    assert not [d for d in render(OPTIONS["no-agent"]) if "agent" in d["metadata"]["name"]]
+
+
 def test_default_images_agree():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == argosy.__version__
@@ -187,6 +230,8 @@ BAD_VALUES = [
     {"image": {"pullPolicy": "Sometimes"}},
     {"metrics": {"podMonitor": {"interval": "soon"}}},
     {"operator": {"namespaces": ["Not_A_Namespace"]}},
+    {"agent": {"quota": "lots"}},
+    {"agent": {"cacheRoot": "relative/path"}},
 ]
 
 

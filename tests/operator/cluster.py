@@ -114,6 +114,26 @@ def from_operator(request) -> bool:
     return not request.headers.get("User-Agent", "").startswith("kmock")
 
 
+def verb(request) -> str:
+    method = request.method.value
+    if method == "GET":
+        if request.params.get("watch") in ("true", "1"):
+            return "watch"
+        return "get" if request.name else "list"
+    return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+
+
+def calls_made(cluster) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every request but the test's own, as RBAC names them."""
+    calls = set()
+    for request in cluster:
+        if request.resource is None or request.resource.plural is None or not from_operator(request):
+            continue  # discovery, and the test's own calls
+        plural = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        calls.add((request.resource.group, plural, verb(request)))
+    return calls
+
+
 def reconciles_since(emulator: ClusterEmulator, since: int) -> int:
     """Reconciles that started after request number `since` and have applied every object:
     each begins by reading its InferenceService and ends by listing its pods."""

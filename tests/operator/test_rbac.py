@@ -15,8 +15,8 @@ from tests.operator.cluster import (
     PDBS,
     SCALED_OBJECTS,
     SERVICES,
+    calls_made,
     eventually,
-    from_operator,
     inference_service,
     live,
     mark_deployment_ready,
@@ -24,25 +24,6 @@ from tests.operator.cluster import (
     path,
     running_operator,
 )
-
-
-def verb(request) -> str:
-    method = request.method.value
-    if method == "GET":
-        if request.params.get("watch") in ("true", "1"):
-            return "watch"
-        return "get" if request.name else "list"
-    return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
-
-
-def used(cluster) -> set[tuple[str, str, str]]:
-    calls = set()
-    for request in cluster:
-        if request.resource is None or request.resource.plural is None or not from_operator(request):
-            continue  # discovery, and the test's own calls
-        plural = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
-        calls.add((request.resource.group, plural, verb(request)))
-    return calls
 
 
 def granted() -> set[tuple[str, str, str]]:
@@ -84,8 +65,8 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         cached = inference_service("cached", model={"name": "llama", "cacheRef": {"name": "llama"}})
         await cluster.post(path(AIS), json=cached)
         await eventually(lambda: live(cluster, AIS, "cached")["status"]["modelCache"]["readyNodes"] == 0)
-        await eventually(lambda: granted() <= used(cluster), what="every granted call")
-    assert used(cluster) <= granted(), used(cluster) - granted()
+        await eventually(lambda: granted() <= calls_made(cluster), what="every granted call")
+    assert calls_made(cluster) <= granted(), calls_made(cluster) - granted()
     # The Deployment, Service and pod watches were filtered by the API server.
     watches = [
         r

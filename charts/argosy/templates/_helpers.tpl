@@ -20,6 +20,19 @@ app.kubernetes.io/part-of: argosy
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{- define "argosy.agentSelectorLabels" -}}
+app.kubernetes.io/name: argosy-model-cache-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "argosy.agentLabels" -}}
+{{ include "argosy.agentSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: argosy
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
 {{- define "argosy.serviceAccountName" -}}
 {{- default (include "argosy.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}

@@ -1,7 +1,8 @@
 """The agent in-process against the emulated API server, a temporary folder as its node's disk
 and a real HTTP server on loopback as the source: it copies, verifies and labels; reports its
 progress; catches a corrupted file and tries again; resumes what a stopped agent left; reads
-the manifest and a bearer token; and leaves a node that is no longer selected."""
+the manifest and a bearer token (making every call its RBAC grants, and no other); and leaves
+a node that is no longer selected."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import json
 from argosy.operator.model_cache.agent import agent as agent_module
 from argosy.operator.model_cache.agent import copier
 from argosy.operator.model_cache.agent.manifest import folder_manifest
+from argosy.operator.model_cache.agent.rbac import AGENT_RULES
 from argosy.operator.model_cache.agent.store import MARKER, STAGING
-from tests.operator.cluster import NS
+from tests.operator.cluster import NS, calls_made
 from tests.operator.model_cache.harness import (
     MODEL_CACHES,
     NODES,
@@ -116,7 +118,9 @@ async def test_a_stopped_agents_copy_is_resumed_by_the_next(caches, store, sourc
     assert copy.read_bytes() == (store / "model.safetensors").read_bytes()
 
 
-async def test_the_manifest_and_a_bearer_token_come_from_the_source(caches, store, source, tmp_path):
+async def test_the_manifest_and_a_bearer_token_come_from_the_source_with_exactly_the_agents_rbac(
+    caches, store, source, tmp_path
+):
     (store / "manifest.json").write_text(folder_manifest(store).to_json())
     source.faults.token = "s3cret"
     await caches.post(f"/api/v1/namespaces/{NS}/secrets", json=secret("store-token", token="s3cret\n"))
@@ -130,3 +134,5 @@ async def test_the_manifest_and_a_bearer_token_come_from_the_source(caches, stor
     await caches.post(cache_path(), json=model_cache("other", source.url, manifestPath="manifest.json"))
     report = await passes_until(agent, lambda: entry(caches, "other").get("reason") and entry(caches, "other"), "x")
     assert report["phase"] == "Failed" and report["reason"] == "SourceError" and "401" in report["message"]
+    granted = {(g, r, v) for g, resources, verbs in AGENT_RULES for r in resources for v in verbs}
+    assert calls_made(caches) == granted  # every call granted, every grant used
