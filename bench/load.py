@@ -1,7 +1,8 @@
 """Checkpoint loading against the disk: for each checkpoint, the raw sequential read of its
 safetensors files (one reader, 16 MiB reads), the copy of every tensor out of safetensors'
-memory map (how loading went before), and the engine's load of the same files into the model
-(the CPU device, bfloat16: read, convert, lay out), side by side, from a cold page cache (each
+memory map (how loading went before), the engine's parallel reader alone, and the engine's
+load of the same files into the model (the CPU device, bfloat16: build the model, read,
+convert), side by side, from a cold page cache (each
 file dropped with posix_fadvise after an fsync) and from a warm one; then the time from
 `argosy serve` to a healthy server, by phase, cold and warm.
 
@@ -30,10 +31,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from argosy.kernels.attention_backend import select_backend
-from argosy.server.models.checkpoint import find_shards
+from argosy.server.models.checkpoint import find_shards, stored_tensors
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.tensor_reader import TensorRead, read_tensors
 from argosy.server.parallel.rank_processes import free_port
 
 CPU = torch.device("cpu")
@@ -114,13 +116,24 @@ def generate_checkpoint(folder: Path, gigabytes: float) -> Path:
     return folder
 
 
-def mmap_copy(files: list[Path]) -> None:
+def mmap_copy(files: list[Path]) -> list[torch.Tensor]:
     """The way loading went before: each tensor copied out of safetensors' memory map into a
-    bfloat16 tensor of its own (every page a fault)."""
+    bfloat16 tensor of its own (every page a fault), all of them kept, as a model keeps them."""
+    kept = []
     for path in files:
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                torch.empty(f.get_slice(name).get_shape(), dtype=torch.bfloat16).copy_(f.get_tensor(name))
+                kept.append(torch.empty(f.get_slice(name).get_shape(), dtype=torch.bfloat16))
+                kept[-1].copy_(f.get_tensor(name))
+    return kept
+
+
+def parallel_read(path: Path) -> list[torch.Tensor]:
+    """The engine's reader alone, into bfloat16 tensors of their own, all kept."""
+    stored = stored_tensors(path)
+    kept = [torch.empty(t.shape, dtype=torch.bfloat16) for t in stored]
+    read_tensors([TensorRead(t, dest) for t, dest in zip(stored, kept)])
+    return kept
 
 
 def load_model_once(path: Path) -> None:
@@ -130,16 +143,17 @@ def load_model_once(path: Path) -> None:
     load_model(cfg, torch.bfloat16, CPU, 2048, select_backend("torch", CPU, cfg.num_kv_heads))
 
 
-def measure(path: Path, repeats: int) -> list[tuple[str, int, float, float, float]]:
-    """(page cache, bytes, raw seconds, memory-map copy seconds, load seconds): medians of
-    `repeats` runs, the three interleaved."""
+def measure(path: Path, repeats: int) -> list[tuple[str, int, float, float, float, float]]:
+    """(page cache, bytes, then seconds of: the raw read, the memory-map copy, the parallel
+    read, the load): medians of `repeats` runs, the four interleaved, each first in turn."""
     files = list(find_shards(path))
     rows = []
     for cache in ("cold", "warm"):
-        times: dict[str, list[float]] = {"raw": [], "mmap": [], "load": []}
+        times: dict[str, list[float]] = {"raw": [], "mmap": [], "read": [], "load": []}
         size = 0
-        for _ in range(repeats):
-            for way in times:
+        ways = list(times)
+        for repeat in range(repeats):  # each way first in turn: a host's own cache favours what follows a read
+            for way in ways[repeat % len(ways) :] + ways[: repeat % len(ways)]:
                 if cache == "cold":
                     drop_page_cache(files)
                 start = time.perf_counter()
@@ -147,6 +161,8 @@ def measure(path: Path, repeats: int) -> list[tuple[str, int, float, float, floa
                     size = raw_read(files)
                 elif way == "mmap":
                     mmap_copy(files)
+                elif way == "read":
+                    parallel_read(path)
                 else:
                     load_model_once(path)
                 times[way].append(time.perf_counter() - start)
@@ -206,11 +222,12 @@ def main() -> None:
             generate_checkpoint(generated, args.generated_gb)
         paths.append(generated)
     try:
-        print("\n| checkpoint | page cache | GB | raw read GB/s | memory-map copy GB/s | load GB/s | load / raw |")
-        print("|---|---|--:|--:|--:|--:|--:|")
+        print("\n| checkpoint | page cache | GB | GB/s: raw read | memory-map copy | parallel read | load "
+              "| load / raw |")  # fmt: skip
+        print("|---|---|--:|--:|--:|--:|--:|--:|")
         for path in paths:
-            for cache, size, raw, mmap, load in measure(path, args.repeats):
-                rates = " | ".join(f"{size / seconds / 1e9:.2f}" for seconds in (raw, mmap, load))
+            for cache, size, raw, mmap, read, load in measure(path, args.repeats):
+                rates = " | ".join(f"{size / seconds / 1e9:.2f}" for seconds in (raw, mmap, read, load))
                 print(f"| {path.name} | {cache} | {size / 1e9:.2f} | {rates} | {raw / load:.2f}x |", flush=True)
         if not args.no_serve:
             print()

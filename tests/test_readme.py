@@ -26,11 +26,12 @@ def test_readme_run_command_uses_the_installed_cli():
 def test_every_setting_is_documented_under_its_flag():
     from argosy.flags import flag_name, settings_of
     from argosy.operator.main import OperatorOptions
+    from argosy.operator.model_cache.agent.main import AgentOptions
     from argosy.server.api.server_config import ServerConfig
     from argosy.server.engine_config import EngineConfig
 
     rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `")]
-    for cls in (EngineConfig, ServerConfig, OperatorOptions):
+    for cls in (EngineConfig, ServerConfig, OperatorOptions, AgentOptions):
         for field in settings_of(cls):
             flag = flag_name(field)
             documented = (f"`{flag}`", f"`{flag.replace('--', '--[no-]', 1)}`")

@@ -2,7 +2,8 @@
 
 Memory-mapping a shard and copying from the map makes every page a fault, served one
 read-ahead window at a time by one thread; here the bytes are read with large positional
-reads from several threads at once, so the disk always has requests queued. A tensor stored in
+reads from several threads at once, each range asked of the disk whole before it is read, so
+the disk always has requests queued. A tensor stored in
 the destination's dtype and layout (on the CPU) is read straight into the destination's memory;
 any other (a dtype to convert, a slice of columns, a GPU) goes through a staging buffer per
 thread, from which it is converted and copied. On CUDA the staging buffers are pinned and the
@@ -131,6 +132,9 @@ class _Staged:
 
 
 def _read_fully(fd: int, view: memoryview, offset: int, file: Path) -> None:
+    # The whole range asked of the disk at once: the reads that follow find it arriving,
+    # instead of the read-ahead window growing one sequential read at a time.
+    os.posix_fadvise(fd, offset, len(view), os.POSIX_FADV_WILLNEED)
     done = 0
     while done < len(view):
         count = os.preadv(fd, [view[done:]], offset + done)

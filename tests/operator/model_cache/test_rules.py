@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from argosy.operator.kube_types import Toleration
 from argosy.operator.model_cache.agent.main import parse_quantity
@@ -14,7 +15,7 @@ from argosy.operator.model_cache.agent.manifest import Manifest, ManifestError
 from argosy.operator.model_cache.agent.quota import HeldCopy, make_room
 from argosy.operator.model_cache.nodes import ready_label, selects, tolerates
 from argosy.operator.model_cache.spec import ModelCacheSpec
-from tests.operator.crd_schema import admit, load_crd, openapi_schema
+from tests.operator.crd_schema import ROOT, admit, load_crd, openapi_schema
 
 SHA = "0" * 64
 GOOD = {"source": {"http": {"url": "https://models.example/llama"}}, "files": [{"path": "a", "size": 1, "sha256": SHA}]}
@@ -145,3 +146,9 @@ def test_good_specs_are_admitted():
         == []
     )
     assert admitted({**GOOD, "source": {"node": {"name": "node-a", "path": "imports/llama"}}, "pinned": True}) == []
+
+
+def test_the_example_is_admitted():
+    example = yaml.safe_load((ROOT / "examples" / "modelcache.yaml").read_text())
+    assert admit(example, SCHEMA)[1] == []
+    assert ModelCacheSpec.model_validate(example["spec"]).pinned
