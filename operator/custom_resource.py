@@ -12,6 +12,10 @@ from pydantic import BaseModel
 
 from argosy.operator.kinds import Kind
 
+# Printer columns every kind shows: its kstatus readiness, and its age.
+READY_COLUMN = {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'}
+AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
 
 @dataclass(frozen=True, eq=False)  # one description per kind: compared and hashed by identity
 class CustomResource:

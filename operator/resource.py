@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from argosy.operator.custom_resource import CustomResource
+from argosy.operator.custom_resource import AGE_COLUMN, READY_COLUMN, CustomResource
 from argosy.operator.kinds import INFERENCE_SERVICE
 from argosy.operator.kube_types import cel, rules
 from argosy.operator.spec import InferenceServiceSpec
@@ -85,11 +85,11 @@ INFERENCE_SERVICE_RESOURCE = CustomResource(
     short_names=("ais",),
     printer_columns=(
         {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        READY_COLUMN,
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Ready replicas"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.replicas", "priority": 1},
         {"name": "URL", "type": "string", "jsonPath": ".status.url"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        AGE_COLUMN,
     ),
     # status, and scale, so that `kubectl scale ais` (and HPAs) can set spec.replicas.
     subresources={

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from argosy.operator.custom_resource import CustomResource
+from argosy.operator.custom_resource import AGE_COLUMN, READY_COLUMN, CustomResource
 from argosy.operator.kinds import MODEL_CACHE
 from argosy.operator.model_cache.spec import ModelCacheSpec
 from argosy.operator.resource import Condition
@@ -61,9 +61,9 @@ MODEL_CACHE_RESOURCE = CustomResource(
     singular="modelcache",
     short_names=("mc",),
     printer_columns=(
-        {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        READY_COLUMN,
         {"name": "Nodes", "type": "integer", "jsonPath": ".status.readyNodes", "description": "Nodes holding it"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredNodes"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        AGE_COLUMN,
     ),
 )
