@@ -86,8 +86,10 @@ class Agent:
     def _step(self, key: str, cache: dict, spec: ModelCacheSpec, wanted: dict, in_use: set[str]) -> dict[str, Any]:
         generation = cache["metadata"].get("generation", 1)
         attempt = self.attempts.get(key)
-        if attempt is not None and attempt.generation != generation:  # the spec changed under it
-            self._drop(key)
+        if attempt is not None and attempt.generation != generation:
+            # The spec changed under it: a new attempt reads the manifest again and resumes what
+            # is staged (a staged file of other content fails its check and is fetched again).
+            self.attempts.pop(key).halt()
             attempt = None
         if attempt is None:
             attempt = self.attempts[key] = Attempt(generation)
