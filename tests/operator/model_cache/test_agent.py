@@ -1,12 +1,14 @@
 """The agent in-process against the emulated API server, a temporary folder as its node's disk
 and a real HTTP server on loopback as the source: it copies, verifies and labels; reports its
-progress; catches a corrupted file and tries again; resumes what a stopped agent left; reads
+progress; catches a corrupted file and tries again; resumes what an agent killed midway left; reads
 the manifest and a bearer token (making every call its RBAC grants, and no other); and leaves
 a node that is no longer selected."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 
 from argosy.operator.model_cache.agent import agent as agent_module
 from argosy.operator.model_cache.agent import copier
@@ -26,6 +28,7 @@ from tests.operator.model_cache.harness import (
     passes_until,
     secret,
 )
+from tests.polling import eventually
 
 LABEL = "modelcache.argosy.dev/llm.llama"
 
@@ -100,13 +103,20 @@ async def test_a_corrupted_file_is_caught_and_fetched_again(caches, store, sourc
     assert source.bytes_served("config.json") == (store / "config.json").stat().st_size
 
 
-async def test_a_stopped_agents_copy_is_resumed_by_the_next(caches, store, source, tmp_path):
+async def test_an_agent_killed_midway_leaves_a_copy_the_next_resumes(caches, store, source, tmp_path):
     source.faults.seconds_per_mib = 2.0
     await caches.post(cache_path(), json=model_cache("llama", source.url, files_of(store)))
     staged = tmp_path / "node-a" / STAGING / NS / "llama" / "model.safetensors"
-    first = agent_for(tmp_path / "node-a")
-    await passes_until(first, lambda: staged.exists() and staged.stat().st_size > 0, "a part of the file")
-    first.close()  # as a stopped pod's agent, mid-file
+    command = ["agent", "--node-name", "node-a", "--cache-root", str(tmp_path / "node-a"), "--port", "0"]
+    first = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "argosy", *command, "--interval", "0.2",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        await eventually(lambda: staged.exists() and staged.stat().st_size > 0, 60, "a part of the file")
+    finally:
+        first.kill()  # -9, mid-file
+        await first.wait()
     held = staged.stat().st_size
     assert 0 < held < (store / "model.safetensors").stat().st_size
     source.faults.seconds_per_mib = 0.0
