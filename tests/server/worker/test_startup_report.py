@@ -1,4 +1,5 @@
-"""The start-up report: one log line naming the path the engine runs and where its memory went."""
+"""The start-up report: one log line naming the path the engine runs, where its memory went, and
+how fast the checkpoint was read."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def test_one_line_names_backend_graphs_quantization_memory_and_phases(llama_chec
     assert line == report.line()
     assert "attention backend torch" in line and "cuda graphs 2 sizes [1, 2]" in line
     assert "quantization fp8" in line and f"KV cache {fp8.stats().kv_blocks_total} blocks" in line
-    assert re.search(r"load [\d.]+s, profile [\d.]+s, kv_cache [\d.]+s, warmup [\d.]+s, graphs [\d.]+s$", line)
+    phases = r"load [\d.]+s \(checkpoint [\d.]+ GB read in [\d.]+s, [\d.]+ GB/s\), profile [\d.]+s, kv_cache [\d.]+s, "
+    assert re.search(phases + r"warmup [\d.]+s, graphs [\d.]+s$", line), line
     bf16 = tiny_llm(llama_checkpoint, device="cpu", dtype="bfloat16").engine.core.executor.report
     assert "cuda graphs off" in bf16.line() and "quantization none" in bf16.line()
     # The decoder's linear weights halve; the embedding, LM head and norms stay bf16.
