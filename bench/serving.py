@@ -145,7 +145,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=0, help="per level; default max(4, 2 x concurrency)")
     parser.add_argument("--prompt-tokens", type=int, default=564)
     parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--plot", default="bench/serving.png")
+    parser.add_argument("--plot", default="docs/assets/serving.png")
     args = parser.parse_args()
     max_seqs = max(args.concurrency)
     counts = [args.requests or max(4, 2 * c) for c in args.concurrency]
