@@ -1,4 +1,5 @@
-"""The README's set-up commands are the ones CI runs."""
+"""The README is a front page whose set-up commands are the ones CI runs; every setting is
+documented under its flag in the docs."""
 
 from __future__ import annotations
 
@@ -30,9 +31,17 @@ def test_every_setting_is_documented_under_its_flag():
     from argosy.server.api.server_config import ServerConfig
     from argosy.server.engine_config import EngineConfig
 
-    rows = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `")]
+    pages = [path.read_text() for path in (ROOT / "docs").rglob("*.md")]
+    rows = [line for page in pages for line in page.splitlines() if line.startswith("| `")]
     for cls in (EngineConfig, ServerConfig, OperatorOptions, AgentOptions):
         for field in settings_of(cls):
             flag = flag_name(field)
             documented = (f"`{flag}`", f"`{flag.replace('--', '--[no-]', 1)}`")
             assert any(name in row for row in rows for name in documented), f"{cls.__name__}.{field.name}"
+
+
+def test_the_readme_is_a_front_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    for target in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / target).is_file(), target
