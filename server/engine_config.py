@@ -48,13 +48,20 @@ class EngineConfig:
     max_num_seqs: int = setting(256, "most sequences in one step")
     tensor_parallel_size: int = setting(
         1,
-        "ranks that split each layer's heads and MLP, a process and a device each (on CPU, processes sharing the "
-        "host's cores), within one node",
+        "ranks that split each layer's heads and MLP (q/k/v and gate/up by output, o and down by input, then an "
+        "all-reduce; KV heads split, or replicated past their number; embedding and LM head split by vocabulary "
+        "rows), a process and a device each within one node (NCCL; on CPU, processes over gloo sharing the "
+        "cores); each rank reads only its slices of the checkpoint; refused, with the numbers, for a size the "
+        "heads or the MLP cannot be split by or above the visible GPUs; not yet with LoRA, a draft model, "
+        "weight updates or sleep",
     )
     scheduling_policy: SchedulingPolicy = setting(
         "fcfs",
-        "which waiting request runs next: fcfs (by arrival), priority (a request's priority, lower first, aged by "
-        "waiting; may preempt), fair (the user served fewest tokens first)",
+        "which waiting request runs next: fcfs (by arrival); priority (a request's priority, lower first, aged by "
+        "64 steps of waiting per level; a request that cannot be admitted preempts running ones behind it that "
+        "have run 8 steps; under another policy a non-zero priority is a 400); fair (the user served the fewest "
+        "tokens so far, prompt tokens plus twice the output tokens, goes next; a user back from idle starts level "
+        "with the least-served active one)",
     )
     max_num_batched_tokens: int | None = setting(
         None,
@@ -68,13 +75,14 @@ class EngineConfig:
     swap_space: float = setting(
         0,
         "GiB of host memory for a second KV tier: blocks the device evicts (a preempted sequence's too) are kept "
-        "there and loaded back instead of recomputed; 0: off",
+        "there and loaded back instead of recomputed; needs prefix caching; not with a draft model; 0: off",
     )
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
     seed: int = setting(0, "seed of unseeded sampling")
     attention_backend: AttentionBackendName = setting(
         "auto",
-        "kernels of attention, KV-cache writes, norms, rotary and activation; auto: triton on CUDA, torch on CPU",
+        "kernels of attention, KV-cache writes, norms, rotary and activation; auto: triton on CUDA, torch on CPU "
+        "(triton on CPU runs Triton's interpreter: for tests, slow)",
     )
     enforce_eager: bool = setting(False, "never run decode steps through CUDA graphs")
     cuda_graph_sizes: list[int] = setting(
@@ -83,7 +91,9 @@ class EngineConfig:
         "(on CPU graphs are used only when sizes are given: the static-buffer twin)",
     )
     quantization: Quantization | None = setting(
-        None, "fp8: linear-layer weights in float8 e4m3 with per-output-channel scales, quantized at load"
+        None,
+        "fp8: linear-layer weights in float8 e4m3 with per-output-channel scales, quantized at load; FP8 products "
+        "on compute capability 8.9 and above, dequantized on the fly elsewhere",
     )
     enable_lora: bool = setting(False, "serve LoRA adapters beside the base model, many in one step")
     max_loras: int = setting(1, "LoRA device slots: the most distinct adapters in one step")
@@ -102,7 +112,8 @@ class EngineConfig:
         None,
         'speculative decoding, as JSON: {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": a, '
         '"prompt_lookup_max": b, "disable_by_batch_size": n}, or {"method": "draft_model", "model": PATH, '
-        '"num_speculative_tokens": k} (LLM(speculative_config=) takes the dict too)',
+        '"num_speculative_tokens": k} (LLM(speculative_config=) takes the dict too); disable_by_batch_size '
+        "(default 16): no speculation while more sequences run",
     )
 
     def __post_init__(self) -> None:
