@@ -175,6 +175,7 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     @app.get(METRICS_PATH, response_class=Response, responses=METRICS_RESPONSES)
     async def metrics() -> Response:
+        """Prometheus metrics: argosy_* and vLLM's names (the docs' metrics reference)."""
         return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/models", responses=errors(401, 503))
@@ -203,10 +204,12 @@ def build_app(config: ServerConfig) -> FastAPI:
 
     @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
+        """OpenAI completions: a prompt (text or token ids) in, choices out; server-sent events with stream."""
         return await create_completion(body, request, state, client)
 
     @app.post("/v1/chat/completions", responses=generation_responses())
     async def chat(body: ChatCompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
+        """OpenAI chat completions through the checkpoint's chat template: tools, structured outputs, streaming."""
         return await create_chat_completion(body, request, state, client)
 
     return app

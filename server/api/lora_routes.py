@@ -53,6 +53,7 @@ def install_lora_routes(app: FastAPI, state: ServerState, serving_engine: Callab
     async def load_lora_adapter(
         body: LoadLoRAAdapterRequest, adapters: ServedAdapters = Depends(runtime_updates)
     ) -> PlainTextResponse:
+        """Loads a LoRA adapter from a folder under a name (load_inplace: replaces one of that name)."""
         await adapters.load(body.lora_name, body.lora_path, body.load_inplace)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
@@ -60,5 +61,6 @@ def install_lora_routes(app: FastAPI, state: ServerState, serving_engine: Callab
     async def unload_lora_adapter(
         body: UnloadLoRAAdapterRequest, adapters: ServedAdapters = Depends(runtime_updates)
     ) -> PlainTextResponse:
+        """Unloads an adapter by name."""
         adapters.unload(body.lora_name)
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")

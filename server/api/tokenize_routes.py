@@ -46,6 +46,7 @@ def install_tokenize_routes(app: FastAPI, state: ServerState, loaded_engine: Cal
 
     @app.post("/tokenize", responses=errors(400, 401, 404, 503))
     async def tokenize(body: TokenizeRequest, client: EngineClient = Depends(loaded_engine)) -> dict:
+        """A prompt or chat messages as the model's token ids, as the server would count them."""
         named_model(body.model)
         tokenizer = client.tokenizer
         if (body.prompt is None) == (body.messages is None):
@@ -61,6 +62,7 @@ def install_tokenize_routes(app: FastAPI, state: ServerState, loaded_engine: Cal
 
     @app.post("/detokenize", responses=errors(400, 401, 404, 503))
     async def detokenize(body: DetokenizeRequest, client: EngineClient = Depends(loaded_engine)) -> dict:
+        """Token ids back to text."""
         named_model(body.model)
         vocab = client.inputs.vocab_size
         if bad := next((t for t in body.tokens if not 0 <= t < vocab), None):
@@ -69,4 +71,5 @@ def install_tokenize_routes(app: FastAPI, state: ServerState, loaded_engine: Cal
 
     @app.get("/version")
     async def version() -> dict:
+        """The server's version."""
         return {"version": argosy.__version__}

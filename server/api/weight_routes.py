@@ -47,20 +47,24 @@ def install_weight_routes(app: FastAPI, state: ServerState, loaded_engine: Calla
 
     @app.post("/v1/update_weights_from_disk", responses=errors(*BODY_ERRORS, 409))
     async def update_weights_from_disk(body: UpdateWeightsRequest, client: EngineClient = Depends(weight_updates)):
+        """New weights from a checkpoint of the same shapes, without a restart; requests in flight wait or abort."""
         aborted = await state.weights.update(client, body.model_path, body.mode, body.weight_version)
         state.metrics.set_weight_version(state.weights.version, state.weights.num_updates)
         return {"weight_version": state.weights.version, "num_aborted_requests": aborted}
 
     @app.post("/sleep", responses=errors(400, 401, 404, 409, 503))
     async def sleep(level: int = Query(1, ge=1, le=2), client: EngineClient = Depends(sleep_mode)):
+        """Frees the KV cache (level 1), or the weights too (level 2), until wake-up."""
         freed = await state.weights.sleep(client, level)
         return {"level": level, "freed_bytes": freed}
 
     @app.post("/wake_up", responses=errors(401, 404, 409, 503))
     async def wake_up(client: EngineClient = Depends(sleep_mode)):
+        """Allocates what sleep freed, and serves again."""
         await state.weights.wake_up(client)
         return {"is_sleeping": False}
 
     @app.get("/is_sleeping", responses=errors(401, 404, 503))
     async def is_sleeping(_: EngineClient = Depends(sleep_mode)):
+        """Whether the server sleeps."""
         return {"is_sleeping": state.weights.sleeping is not None}
