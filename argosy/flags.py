@@ -60,7 +60,10 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: ty
         if kind is bool:
             parser.add_argument(*names, action=argparse.BooleanOptionalAction, default=default, help=help_text)
         elif is_list:
-            parser.add_argument(*names, action="append", type=kind, default=default, help=help_text + " (repeatable)")
+            # As vLLM: several values after one flag (--lora-modules a=x b=y), or the flag repeated.
+            parser.add_argument(
+                *names, action="extend", nargs="+", type=kind, default=default, help=help_text + " (repeatable)"
+            )
         else:
             parser.add_argument(*names, type=kind, choices=choices, default=default, help=help_text)
 
