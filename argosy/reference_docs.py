@@ -42,12 +42,29 @@ def flags_page() -> str:
 def metrics_page() -> str:
     from argosy.server.api.metrics import ServerMetrics
 
-    out = ["# Metrics\n", "Every series `/metrics` exports, with the `model_name` label of the served model.",
-           "The `vllm:` names carry vLLM's meaning, for the routers and dashboards that read them.\n",
-           "| name | type | meaning |", "|---|---|---|"]  # fmt: skip
-    for family in sorted(ServerMetrics("m").registry.collect(), key=lambda f: f.name):
-        name = family.name + ("_total" if family.type == "counter" else "")
-        out.append(f"| `{name}` | {family.type} | {_cell(family.documentation)} |")
+    metrics = ServerMetrics("m")
+    metrics.describe_cache(16, 1, True)  # the series made at start-up, and with LoRA on
+    metrics.bind_lora(lambda: None)
+    registry = metrics.registry
+    collectors = {c._name: c for c in set(registry._collector_to_names)}
+    families = {f.name: f for f in registry.collect()}
+    twins = {  # a vLLM name fed with the same values: the same help and type as an Argosy name
+        name: next((v for v, g in families.items() if v.startswith("vllm:") and (g.documentation, g.type) ==
+                    (f.documentation, f.type)), None)
+        for name, f in families.items() if name.startswith("argosy_")
+    }  # fmt: skip
+    out = ["# Metrics\n", "Every series `/metrics` exports, from the server's registry: each carries `model_name`, the",
+           "served model's name. Where vLLM has a series of the same meaning, the server feeds it with the same",
+           "values, for the gateways' endpoint pickers and the dashboards that read vLLM's names.\n",
+           "| name | vLLM's name | type | labels | meaning |", "|---|---|---|---|---|"]  # fmt: skip
+    paired = {v for v in twins.values() if v}
+    for name in sorted(n for n in families if n not in paired):
+        family = families[name]
+        suffix = "_total" if family.type == "counter" else ""
+        twin = twins.get(name)
+        labels = ", ".join(f"`{label}`" for label in collectors[name]._labelnames if label != "model_name")
+        also = f"`{twin}{suffix}`" if twin else "—"
+        out.append(f"| `{name}{suffix}` | {also} | {family.type} | {labels or '—'} | {_cell(family.documentation)} |")
     return "\n".join(out) + "\n"
 
 

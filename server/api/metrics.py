@@ -102,16 +102,25 @@ class ServerMetrics:
             names = (name, VLLM_NAMES[name])
             return Twins(*(Histogram(n, doc, labels, buckets=_LATENCY_BUCKETS, registry=r) for n in names))
 
-        self.waiting = gauge(WAITING_METRIC, "Requests accepted and waiting to be scheduled")
+        self.waiting = gauge(WAITING_METRIC, "Requests accepted and waiting to be scheduled (the autoscaling signal)")
         self.running = gauge(RUNNING_METRIC, "Requests in the running batch")
-        self.kv_usage = gauge("argosy_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use")
-        self.prompt_tokens = counter("argosy_prompt_tokens_total", "Prompt tokens of served requests")
+        self.kv_usage = gauge("argosy_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use, 0 to 1")
+        self.prompt_tokens = counter(
+            "argosy_prompt_tokens_total", "Prompt tokens of served requests, counted at their first token"
+        )
         self.generation_tokens = counter("argosy_generation_tokens_total", "Generated tokens")
-        self.success = counter("argosy_request_success_total", "Finished requests", ("finished_reason",))
+        self.success = counter(
+            "argosy_request_success_total",
+            "Ended requests, one per prompt, by finished_reason: stop, length or abort",
+            ("finished_reason",),
+        )
         self.prefix_queries = counter(
             "argosy_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache"
         )
-        self.prefix_hits = counter("argosy_prefix_cache_hits_total", "Prompt tokens found in the prefix cache")
+        self.prefix_hits = counter(
+            "argosy_prefix_cache_hits_total",
+            "Prompt tokens found in the prefix cache (a response's usage.prompt_tokens_details.cached_tokens)",
+        )
         self.ttft = histogram("argosy_time_to_first_token_seconds", "Time from arrival to the first token")
         self.itl = histogram("argosy_inter_token_latency_seconds", "Time between a request's successive tokens")
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
@@ -133,7 +142,8 @@ class ServerMetrics:
         )
         self.hangs = Counter(
             "argosy_engine_hangs",
-            "Engine core hangs detected: no step's end (step) or no ping's answer (ping) within the timeout",
+            "Engine core hangs detected, by what it owed: a step's end (step), a ping's answer (ping), or a weight "
+            "update's or wake-up's end within an hour (control)",
             [*labels, "waiting_for"],
             registry=r,
         )
@@ -198,7 +208,8 @@ class ServerMetrics:
         """vLLM's `cache_config_info`: the KV cache's shape as labels (value 1), which prefix-aware
         routing reads."""
         names = ["model_name", "block_size", "num_gpu_blocks", "enable_prefix_caching"]
-        info = Gauge("vllm:cache_config_info", "The KV cache's configuration", names, registry=self.registry)
+        doc = "The KV cache's shape as labels, value 1 (num_gpu_blocks is its block count on CPUs too)"
+        info = Gauge("vllm:cache_config_info", doc, names, registry=self.registry)
         values = (self.model_name, str(block_size), str(num_blocks), str(prefix_caching))
         info.labels(*values).set(1)
 

@@ -22,14 +22,29 @@ class SchedulingMetrics:
 
         doc = "Sequences preempted, by cause: memory (no free KV blocks) or priority (a request ahead needed the room)"
         self.preemptions = counter("argosy_num_preemptions", doc, ("cause",))
-        self.vllm_preemptions = counter("vllm:num_preemptions", "Sequences preempted")
-        self.recomputed = counter("argosy_recomputed_tokens", "Tokens preempted sequences computed again")
-        self.host_usage = Gauge(
-            "argosy_kv_host_usage_ratio", "Fraction of the host KV tier in use", ["model_name"], registry=registry
+        self.vllm_preemptions = counter(
+            "vllm:num_preemptions", "Sequences preempted (argosy_num_preemptions_total has the cause)"
         )
-        self.host_stored = counter("argosy_kv_host_blocks_stored", "KV blocks copied into the host tier")
-        self.host_loaded = counter("argosy_kv_host_blocks_loaded", "KV blocks loaded back from the host tier")
-        self.host_hits = counter("argosy_kv_host_hits", "Prompt tokens found in the host KV tier")
+        self.recomputed = counter(
+            "argosy_recomputed_tokens",
+            "Tokens preempted sequences computed again (with the host tier, at most a partial block per preemption)",
+        )
+        self.host_usage = Gauge(
+            "argosy_kv_host_usage_ratio",
+            "With --swap-space: fraction of the host KV tier in use",
+            ["model_name"],
+            registry=registry,
+        )
+        self.host_stored = counter(
+            "argosy_kv_host_blocks_stored", "With --swap-space: KV blocks copied into the host tier"
+        )
+        self.host_loaded = counter(
+            "argosy_kv_host_blocks_loaded", "With --swap-space: KV blocks loaded back from the host tier"
+        )
+        self.host_hits = counter(
+            "argosy_kv_host_hits",
+            "With --swap-space: prompt tokens found in the host KV tier (beside the device's hits)",
+        )
         for cause in CAUSES:
             self.preemptions.labels(model_name, cause)
         self.vllm_preemptions.labels(model_name)
