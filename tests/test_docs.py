@@ -82,9 +82,9 @@ def test_every_reason_the_code_reports_is_explained():
 
 
 def code_blocks(language: str) -> list[tuple[str, str]]:
-    """(page, block) for every fenced block of `language` on the pages."""
+    """(page, block) for every fenced block of `language` on the pages and the README."""
     found = []
-    for path in sorted((ROOT / "docs").rglob("*.md")):
+    for path in [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]:
         for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), re.S | re.M):
             if lang == language:
                 found.append((str(path.relative_to(ROOT)), body))
