@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from argosy.generated_files import sync_generated
 from argosy.operator.custom_resource import CustomResource
 from argosy.operator.model_cache.resource import MODEL_CACHE_RESOURCE
 from argosy.operator.resource import INFERENCE_SERVICE_RESOURCE
@@ -187,15 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a written CRD differs from the models")
     args = parser.parse_args(argv)
     texts = {path: render(resource) for resource in RESOURCES for path in targets(resource)}
-    stale = [path for path, text in texts.items() if not path.is_file() or path.read_text() != text]
-    if args.check:
-        for path in stale:
-            print(f"{path.relative_to(ROOT)} is out of date: run python -m argosy.operator.crd", file=sys.stderr)
-        return 1 if stale else 0
-    for path in stale:
-        path.write_text(texts[path])
-        print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return sync_generated(texts, ROOT, "python -m argosy.operator.crd", args.check)
 
 
 if __name__ == "__main__":
