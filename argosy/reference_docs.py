@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from argosy.flags import default_of, flag_name, settings_of
 from argosy.generated_files import sync_generated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def flags_page() -> str:
     out = ["# Flags\n\nEvery flag, its default and its meaning, from the configuration dataclasses.\n"]
     for title, cls, what in sections:
         out.append(f"\n## {title}\n\n{what[0].upper() + what[1:]}.\n\n| flag | default | meaning |\n|---|---|---|")
-        out += [f"| `{_flag(f)}` | {_default(f)} | {_cell(f.metadata['help'])} |" for f in _settings(cls)]
+        out += [f"| `{_flag(f)}` | {_default(f)} | {_cell(f.metadata['help'])} |" for f in settings_of(cls)]
     return "\n".join(out) + "\n"
 
 
@@ -122,22 +123,12 @@ def _rows(schema: dict[str, Any], path: str) -> list[str]:
     return rows
 
 
-def _settings(cls: type) -> list[dataclasses.Field]:
-    from argosy.flags import settings_of
-
-    return settings_of(cls)
-
-
 def _flag(field: dataclasses.Field) -> str:
-    from argosy.flags import flag_name
-
     name = flag_name(field)
     return name.replace("--", "--[no-]", 1) if field.type in ("bool", bool) else name
 
 
 def _default(field: dataclasses.Field) -> str:
-    from argosy.flags import default_of
-
     if field.metadata.get("env"):
         return f"`${field.metadata['env']}`"
     value = default_of(field)

@@ -151,8 +151,8 @@ class EngineConfig:
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
                 param="gpu_memory_utilization",
             )
-        self._check_swap_space()
         spec = SpeculativeConfig.parse(self.speculative_config)
+        self._check_swap_space(spec)
         if self.tensor_parallel_size > 1 and (self.enable_lora or (spec is not None and spec.method == "draft_model")):
             raise InvalidRequestError(
                 "tensor_parallel_size above 1 does not serve LoRA adapters or a draft model yet",
@@ -170,8 +170,8 @@ class EngineConfig:
             if choices is not None and value not in choices and not (optional and value is None):
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
 
-    def _check_swap_space(self) -> None:
-        spec, why = SpeculativeConfig.parse(self.speculative_config), None
+    def _check_swap_space(self, spec: SpeculativeConfig | None) -> None:
+        why = None
         if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, int | float) or self.swap_space < 0:
             why = f"swap_space must be a number of GiB, 0 or more, got {self.swap_space!r}"
         elif self.swap_space and not self.enable_prefix_caching:

@@ -8,7 +8,7 @@ from typing import Any
 
 from argosy.operator.model_cache.nodes import selects
 from argosy.operator.model_cache.spec import ModelCacheSpec
-from argosy.operator.status import Problem, kstatus_conditions
+from argosy.operator.status import Problem, kstatus_conditions, ready_condition
 
 STALLED_ATTEMPTS = 3  # a node failing this often needs someone to look
 
@@ -82,6 +82,5 @@ def service_cache(name: str, cache: dict[str, Any] | None, max_replicas: int | N
         )
     if ready:
         return report, None
-    condition = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-    why = condition.get("message") or "no node holds a ready copy yet"
+    why = (ready_condition(status) or {}).get("message") or "no node holds a ready copy yet"
     return report, Problem("ModelCacheNotReady", f"waiting for ModelCache {name}: {why}", stalled=False)

@@ -171,11 +171,10 @@ class Agent:
     def _report(self, key: str, entry: dict[str, Any]) -> None:
         """Writes the entry when it changed, progress alone at most every few seconds."""
         last, when = self.reported.get(key, ({}, 0.0))
-        moving = ("bytesDone", "bytesPerSecond")
-        settled = {k: v for k, v in entry.items() if k not in moving} != {
-            k: v for k, v in last.items() if k not in moving and k != "lastTransitionTime"
-        }
-        if not settled and (entry == _without_time(last) or time.monotonic() - when < PROGRESS_REPORT_SECONDS):
+        before = _without_time(last)
+        if _without_progress(entry) == _without_progress(before) and (
+            entry == before or time.monotonic() - when < PROGRESS_REPORT_SECONDS
+        ):
             return
         changed_phase = entry["phase"] != last.get("phase")
         entry["lastTransitionTime"] = now() if changed_phase else last.get("lastTransitionTime", now())
@@ -244,3 +243,7 @@ def _running_on(pod: dict, node: str) -> bool:
 
 def _without_time(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "lastTransitionTime"}
+
+
+def _without_progress(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k not in ("bytesDone", "bytesPerSecond")}

@@ -14,13 +14,10 @@ import kmock
 from argosy.operator.kube import KubeClient
 from argosy.operator.model_cache.agent.agent import Agent, AgentConfig
 from argosy.operator.model_cache.agent.manifest import folder_manifest
-from tests.operator.cluster import NS, live
+from tests.operator.cluster import MODEL_CACHES, NS, live, path
 from tests.polling import NOT_YET
 
-MODEL_CACHES = kmock.resource("argosy.dev", "v1alpha1", "modelcaches")
 NODES = kmock.resource("", "v1", "nodes")
-PODS = kmock.resource("", "v1", "pods")
-SECRETS = kmock.resource("", "v1", "secrets")
 
 
 def files_of(folder: Path) -> list[dict[str, Any]]:
@@ -40,7 +37,7 @@ def model_cache(name: str, url: str, files=None, **spec: Any) -> dict[str, Any]:
 
 
 def cache_path(name: str | None = None) -> str:
-    return f"/apis/argosy.dev/v1alpha1/namespaces/{NS}/modelcaches" + (f"/{name}" if name else "")
+    return path(MODEL_CACHES, name)
 
 
 def entry(cluster, name: str, node: str = "node-a") -> dict[str, Any]:
