@@ -1,7 +1,7 @@
 """VocabShard: with tensor parallelism, the embedding and the LM head split by vocabulary rows,
 chosen by measurement over holding them whole on every rank (bench/tp_vocabulary.py prints the
-comparison; the README's Tensor parallelism section quotes it). Each rank holds a contiguous run of the token rows,
-the last one padded with zero rows so that every run is the same length. A token's embedding
+comparison; docs/benchmarks/tensor-parallelism.md quotes it). Each rank holds a contiguous run
+of the token rows, the last one padded with zero rows so that every run is the same length. A token's embedding
 is looked up on the rank that holds it, zero on the others, and an all-reduce makes it whole;
 each rank's head gives the logits of its rows, and a gather puts them side by side on rank 0,
 which samples."""
