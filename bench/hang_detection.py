@@ -34,7 +34,7 @@ def free_port() -> int:
 
 def start_server(timeout: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    command = [sys.executable, "-m", "argosy", "serve", "--served-model-name", MODEL, "--port", str(port)]
+    command = [sys.executable, "-P", "-m", "argosy", "serve", "--served-model-name", MODEL, "--port", str(port)]
     server = subprocess.Popen(
         [*command, "--engine-step-timeout", str(timeout), "--log-format", "text"],
         stdout=subprocess.DEVNULL,

@@ -174,7 +174,7 @@ def serve_phases(path: Path) -> str:
     """`argosy serve` on the checkpoint until /health answers 200: when the API listened, the
     engine's start-up phases (its log line), and the total."""
     port = free_port()
-    command = [sys.executable, "-m", "argosy", "serve", "--model", str(path), "--port", str(port)]
+    command = [sys.executable, "-P", "-m", "argosy", "serve", "--model", str(path), "--port", str(port)]
     command += ["--kv-cache-memory", str(256 << 20), "--max-model-len", "2048"]
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -126,8 +126,8 @@ def update_against_restart(model: str, root: Path, args) -> list[tuple[str, floa
 
     port = 8931
     trained = shutil.copytree(model, root / "trained")
-    command = [sys.executable, "-m", "argosy", "serve", "--model", model, "--port", str(port), "--dtype", args.dtype]
-    command += ["--kv-cache-memory", str(KV_CACHE_BYTES), "--enable-weight-updates", "--log-format", "text"]
+    command = [sys.executable, "-P", "-m", "argosy", "serve", "--model", model, "--port", str(port), "--dtype"]
+    command += [args.dtype, "--kv-cache-memory", str(KV_CACHE_BYTES), "--enable-weight-updates", "--log-format", "text"]
     url = f"http://127.0.0.1:{port}"
     restart = update = float("inf")
     for _ in range(args.repeats):

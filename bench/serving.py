@@ -104,7 +104,7 @@ async def run_online(url: str, prompts: list[list[int]], concurrency: int, max_t
 
 
 def server_command(port: int, max_num_seqs: int) -> list[str]:
-    command = [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
+    command = [sys.executable, "-P", "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
     return [*command, "--max-num-seqs", str(max_num_seqs)]
 
 

@@ -79,7 +79,7 @@ async def run_level(url: str, conversations: list[list[dict]], concurrency: int,
 
 def servers(args: argparse.Namespace, port: int) -> dict[str, list[str]]:
     slots = max(args.concurrency)
-    argosy = [sys.executable, "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
+    argosy = [sys.executable, "-P", "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
     argosy += ["--max-num-seqs", str(slots), "--dtype", "bfloat16"]
     return {
         "llama.cpp": [args.llama_server, "-m", args.gguf, "--port", str(port), "--host", "127.0.0.1",

@@ -1,7 +1,7 @@
 """The CRDs of Argosy's kinds, each generated from its description (a CustomResource: the
 InferenceService's in resource.py) and the typed models it names.
 
-`python -m argosy.operator.crd` writes crds/ and the chart's copy; `--check` only says whether
+`python -P -m argosy.operator.crd` writes crds/ and the chart's copy; `--check` only says whether
 they are up to date (a test runs it). Pydantic models become a Kubernetes structural schema:
 `X | None` is an optional X, `Literal` an enum, `int | str` int-or-string, `dict[str, X]` a
 map, `dict[str, Any]` an object kept as it is; Field bounds, patterns, descriptions and
@@ -79,7 +79,7 @@ def render(resource: CustomResource) -> str:
     model = resource.model
     header = (
         f"# The {resource.kind.kind} CustomResourceDefinition. Generated from {model.__module__}.{model.__name__}\n"
-        "# and the models it holds by `python -m argosy.operator.crd`: edit the models, not this file.\n"
+        "# and the models it holds by `python -P -m argosy.operator.crd`: edit the models, not this file.\n"
     )
     return header + yaml.safe_dump(build_crd(resource), sort_keys=False, width=100, allow_unicode=True)
 
@@ -184,11 +184,11 @@ def _ordered(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m argosy.operator.crd", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -P -m argosy.operator.crd", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a written CRD differs from the models")
     args = parser.parse_args(argv)
     texts = {path: render(resource) for resource in RESOURCES for path in targets(resource)}
-    return sync_generated(texts, ROOT, "python -m argosy.operator.crd", args.check)
+    return sync_generated(texts, ROOT, "python -P -m argosy.operator.crd", args.check)
 
 
 if __name__ == "__main__":

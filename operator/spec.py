@@ -1,6 +1,6 @@
 """The InferenceService spec as typed models: the one source of the CRD's schema.
 
-`python -m argosy.operator.crd` writes the CRD from these models, as controller-gen does from
+`python -P -m argosy.operator.crd` writes the CRD from these models, as controller-gen does from
 Go types: each field's type, bounds, enum, default and description, and the CEL rules beside
 the fields they constrain. Engine settings take the server's own defaults and flag names."""
 

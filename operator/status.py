@@ -177,7 +177,7 @@ def _condition(
 
 def now() -> str:
     """The time as conditions and status entries write it."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find_condition(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:

@@ -92,7 +92,7 @@ def serve_command(checkpoint, port: int, *flags: str) -> list[str]:
     """The `argosy serve` command line of the test servers: float32, a small byte-budget cache."""
     model = ["--model", str(checkpoint), "--served-model-name", MODEL, "--port", str(port)]
     settings = ["--dtype", "float32", "--kv-cache-memory", str(8 << 20), "--log-format", "text"]
-    return [sys.executable, "-m", "argosy", "serve", *model, *settings, *flags]
+    return [sys.executable, "-P", "-m", "argosy", "serve", *model, *settings, *flags]
 
 
 @contextmanager

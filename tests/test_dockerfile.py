@@ -4,9 +4,9 @@ pods run as, every source folder copied, `argosy` as the entry point."""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
-import tomllib
 import yaml
 
 from argosy.operator.deployment import RUN_AS_USER

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_site_builds_strictly(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-P", "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -119,8 +119,8 @@ def check_command(words: list[str]) -> None:
         parser = argparse.ArgumentParser(prog=f"argosy {verb}", exit_on_error=False)
         getattr(importlib.import_module(module), add_args)(parser)
         parser.parse_args(args[1:])
-    elif program == "python" and args[0] == "-m":
-        assert importlib.util.find_spec(args[1]) is not None, args[1]
+    elif program == "python" and args[:2] == ["-P", "-m"]:
+        assert importlib.util.find_spec(args[2]) is not None, args[2]
     elif program in ("python", "bash") and args[0].endswith((".py", ".sh")):
         source = (ROOT / args[0]).read_text()
         for flag in (a.split("=")[0] for a in args[1:] if a.startswith("--")):

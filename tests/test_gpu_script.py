@@ -74,10 +74,10 @@ def test_the_gpu_tests_need_nothing_the_gpu_machine_lacks(tmp_path):
         for arg in re.search(name + r"=\(([^)]*)\)", script).group(1).split()
     ]
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    blocked = subprocess.run([sys.executable, "-c", "import pydantic"], env=env, capture_output=True, text=True)
+    blocked = subprocess.run([sys.executable, "-P", "-c", "import pydantic"], env=env, capture_output=True, text=True)
     assert "not on the GPU machine" in blocked.stderr  # the blocker is in force
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *tests],
+        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *tests],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -52,5 +52,5 @@ def test_the_device_side_on_the_torch_backend_never_imports_triton():
         "select_backend('torch', torch.device('cpu'), 2)\n"
         "assert 'triton' not in sys.modules, 'triton was imported'\n"
     )
-    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-P", "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

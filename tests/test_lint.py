@@ -14,5 +14,5 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["check", "format"])
 def test_ruff_is_clean(command):
-    result = subprocess.run([sys.executable, "-m", "ruff", *command], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-P", "-m", "ruff", *command], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -6,10 +6,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
-
-import tomllib
 
 from argosy.kernels.cpu_kernels import SOURCES
 
@@ -22,7 +21,7 @@ CHECK = (
 STDLIB = str(
     Path(
         subprocess.check_output(
-            [sys.executable, "-c", "import sysconfig;print(sysconfig.get_paths()['stdlib'])"], text=True
+            [sys.executable, "-P", "-c", "import sysconfig;print(sysconfig.get_paths()['stdlib'])"], text=True
         ).strip()
     )
 )

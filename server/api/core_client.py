@@ -49,7 +49,9 @@ class CoreClient:
             sock.set_hwm(0)
             sock.setsockopt(zmq.LINGER, 0)
             sock.bind(address)
-        command = [sys.executable, "-m", "argosy.server.engine.core_process"]
+        # -P: the working directory never joins sys.path, where a source folder of a checkout could
+        # shadow an installed package.
+        command = [sys.executable, "-P", "-m", "argosy.server.engine.core_process"]
         command += ["--commands", commands, "--outputs", outputs, "--log-format", log_format]
         command += ["--config", msgspec.json.encode(config).decode()]
         self.process = subprocess.Popen(command, start_new_session=True)
@@ -135,7 +137,7 @@ class CoreClient:
             self.send(protocol.Shutdown())
             try:
                 await asyncio.wait_for(self.wait_exit(), SHUTDOWN_WAIT_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("the engine core did not stop within %.0f s of being asked: killed", SHUTDOWN_WAIT_S)
                 self.kill()
         self.process.wait()

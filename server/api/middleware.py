@@ -132,7 +132,7 @@ class BodyLimits:
                 return await receive()
             try:
                 message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 rejected = True
                 await self._reject(send, self._too_slow())
                 return {"type": "http.disconnect"}

@@ -5,7 +5,7 @@ Idle, it blocks on its input socket, and answers a Ping with a message of the sa
 ends on Shutdown, or when its parent is gone; and when a step failed and the device then
 cannot run one (CoreFailed, exit code 70).
 
-Run by the API process as `python -m argosy.server.engine.core_process ...`."""
+Run by the API process as `python -P -m argosy.server.engine.core_process ...`."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def test_requests_and_streams_pass_are_balanced_and_rate_limited(gateway):
     url, backends = gateway
     # LiteLLM counts each deployment's requests per clock minute: start where the whole
     # sequence fits into one minute, so that no count is reset halfway.
-    wait_until(lambda: datetime.datetime.now(datetime.timezone.utc).second < 40, 30, "the start of a minute")
+    wait_until(lambda: datetime.datetime.now(datetime.UTC).second < 40, 30, "the start of a minute")
     before = [served(b) for b in backends]
     api = client(url)
     completion = api.completions.create(model="llama3-8b-instruct", prompt="The capital of France is", max_tokens=8)

@@ -2,7 +2,7 @@
 configurations the engine launches them in, and reports what a GPU run would meet first: shared
 memory, registers and spills (from ptxas), and whether the KV cache is addressed in 64 bits.
 
-Run by test_triton_sm90.py as its own process (`python -m tests.kernels.sm90_compile`): Triton
+Run by test_triton_sm90.py as its own process (`python tests/kernels/sm90_compile.py`): Triton
 must compile, not interpret, which the test session's interpreter excludes. Prints one JSON
 line per compiled kernel; the configurations and the checks' constants are in sm90_configs.py,
 which the test reads without importing Triton."""
@@ -22,6 +22,7 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 import torch
 import triton
+from sm90_configs import BLOCK_SIZES, SHAPES, cache_offset_widths
 from triton.backends.compiler import GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import ASTSource
@@ -32,7 +33,6 @@ from argosy.kernels import (
     triton_elementwise,
     triton_kv_cache,
 )
-from tests.kernels.sm90_configs import BLOCK_SIZES, SHAPES, cache_offset_widths
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTER = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32"}

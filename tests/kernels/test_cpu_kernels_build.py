@@ -19,7 +19,7 @@ def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_load():
     assert cpu_kernels() is not None, "the kernels must build where the tests run"
     stale = build_directory() / "lock"
     stale.touch()  # what a build killed between taking and releasing PyTorch's lock leaves
-    done = subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-P", "-c", LOAD], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not stale.exists()
 

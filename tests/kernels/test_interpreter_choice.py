@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA, Tr
 
 def run(code: str, tmp_path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
 
 
 def test_choosing_first_lets_anything_import_triton_after(tmp_path):

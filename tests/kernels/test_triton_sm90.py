@@ -22,7 +22,12 @@ pytest.importorskip("triton.backends.nvidia.compiler", reason="Triton's NVIDIA b
 @pytest.fixture(scope="module")
 def compiled() -> list[dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.kernels.sm90_compile"], cwd=ROOT, capture_output=True, text=True, timeout=900
+        # Run by its path: its own folder joins sys.path (for sm90_configs), never the repository root.
+        [sys.executable, str(Path(__file__).with_name("sm90_compile.py"))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

@@ -77,7 +77,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         meta.update(
             uid=str(uuid.uuid4()),
             generation=1,
-            creationTimestamp=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            creationTimestamp=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
         self._stamp(meta)
         if self.has_status_subresource(request.resource):
@@ -165,7 +165,7 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         if current["metadata"].get("deletionTimestamp"):
             return current
         if current["metadata"].get("finalizers"):
-            current["metadata"]["deletionTimestamp"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            current["metadata"]["deletionTimestamp"] = datetime.datetime.now(datetime.UTC).isoformat()
             self._stamp(current["metadata"])
             self._objects[resource, namespace, name].create(current)
             await self._buses[resource].put({"type": "MODIFIED", "object": current})

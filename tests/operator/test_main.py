@@ -39,4 +39,4 @@ def test_the_operator_never_loads_torch():
         "import sys, argosy.operator.handlers, argosy.operator.crd, argosy.operator.main;"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-P", "-c", code], check=True)

@@ -109,7 +109,7 @@ async def test_an_agent_killed_midway_leaves_a_copy_the_next_resumes(caches, sto
     staged = tmp_path / "node-a" / STAGING / NS / "llama" / "model.safetensors"
     command = ["agent", "--node-name", "node-a", "--cache-root", str(tmp_path / "node-a"), "--port", "0"]
     first = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "argosy", *command, "--interval", "0.2",
+        sys.executable, "-P", "-m", "argosy", *command, "--interval", "0.2",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -39,7 +39,7 @@ def test_bad_key_settings_are_refused_with_the_reason(tmp_path, settings, messag
 
 def test_argosy_serve_exits_2_on_a_missing_key_file():
     done = subprocess.run(
-        [sys.executable, "-m", "argosy.cli", "serve", "--api-key-file", "/nonexistent/key"],
+        [sys.executable, "-P", "-m", "argosy.cli", "serve", "--api-key-file", "/nonexistent/key"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -164,7 +164,7 @@ def test_a_long_step_that_is_only_slow_is_never_taken_for_a_hang():
     """A prompt of max_num_batched_tokens on the default model, on this CPU while four streams
     decode and another process spins on one of its two cores: timed first under a timeout that cannot fire,
     then served again with the step timeout at three times that."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(1)]
+    hogs = [subprocess.Popen([sys.executable, "-P", "-c", "while True: pass"]) for _ in range(1)]
     try:
         server_flags = {"served_model_name": None, "dtype": "auto", "kv_cache_memory": None}
         with run_server(None, engine_step_timeout=3600, **server_flags) as server:

@@ -44,7 +44,7 @@ def test_answers_are_unchanged_and_vllms_counters_count_the_drafts():
 def test_a_bad_speculative_config_stops_argosy_serve_naming_the_field():
     bad = json.dumps({"method": "ngram", "num_speculative_tokens": 0})
     done = subprocess.run(
-        [sys.executable, "-m", "argosy.cli", "serve", "--speculative-config", bad],
+        [sys.executable, "-P", "-m", "argosy.cli", "serve", "--speculative-config", bad],
         capture_output=True,
         text=True,
         timeout=120,

@@ -159,5 +159,5 @@ def test_the_engine_serves_without_the_grammar_library_and_says_what_needs_it(ll
         "else:\n"
         "    raise AssertionError('a constraint was served without its library')\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-P", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
