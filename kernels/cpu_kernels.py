@@ -63,6 +63,19 @@ def exclusive_build(directory: Path) -> Iterator[None]:
         yield
 
 
+def sources_in(directory: Path) -> list[Path]:
+    """The sources and headers copied into the build directory, which their contents name: ninja
+    rebuilds whenever a source's path changes, so two checkouts (or installs) of the same sources
+    would otherwise rebuild each other's kernels at every start."""
+    copies = directory / "src"
+    copies.mkdir(exist_ok=True)
+    for path in [*SOURCES, *HEADERS]:
+        copy = copies / path.name
+        if not copy.is_file() or copy.read_bytes() != path.read_bytes():
+            copy.write_bytes(path.read_bytes())
+    return [copies / source.name for source in SOURCES]
+
+
 @functools.cache
 def cpu_kernels() -> ModuleType | None:
     if os.environ.get(DISABLE_ENV) == "0":
@@ -76,7 +89,7 @@ def cpu_kernels() -> ModuleType | None:
         with exclusive_build(directory):
             return load(
                 "argosy_cpu_kernels",
-                [str(source) for source in SOURCES],
+                [str(source) for source in sources_in(directory)],
                 build_directory=str(directory),
                 # OpenMP as ATen's own parallel_for uses it (without it the loop runs on one thread);
                 # libgomp.so.1 resolves to the copy torch has already loaded.

@@ -8,72 +8,46 @@ cannot share equally (the last rank's rows padded)."""
 from __future__ import annotations
 
 import dataclasses
-import traceback
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from argosy.kernels.attention_backend import select_backend
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.parallel.group import SINGLE, join_group
+from argosy.server.parallel.group import SINGLE
 from argosy.server.parallel.layout import ShardLayout, check_tensor_parallel
-from argosy.server.worker.startup_report import tensor_bytes
-from argosy.server.worker.step_inputs import SequenceChunk, prepare_inputs
 from tests.checkpoints import build_checkpoint
 from tests.processes import free_port
+from tests.server.parallel.sharded_rank import run_steps
 
-BLOCK = 16
-PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [200, 3], list(range(3, 40))]
-
-
-def run_steps(cfg: ModelConfig, shards) -> tuple[torch.Tensor, int]:
-    """Logits of a prefill of PROMPTS, then of one decode step for each; and the weights' bytes."""
-    device = torch.device("cpu")
-    backend = select_backend("torch", device, cfg.num_kv_heads)
-    model = load_model(cfg, torch.float32, device, 512, backend, shards=shards)
-    local = shards.layout.local_config(cfg)
-    cache = torch.zeros(cfg.num_layers, 2, 12, BLOCK, local.num_kv_heads, cfg.head_dim)
-    tables = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
-    logits = []
-    with torch.inference_mode():
-        prefill = [SequenceChunk(p, 0, t, True) for p, t in zip(PROMPTS, tables)]
-        decode = [SequenceChunk([17], len(p), t, True) for p, t in zip(PROMPTS, tables)]
-        for chunks in (prefill, decode):
-            inputs = prepare_inputs(chunks, BLOCK, device, backend)
-            hidden = model(inputs.input_ids, inputs.positions, cache, inputs.attention)
-            logits.append(model.compute_logits(hidden[inputs.logits_rows]))
-    return torch.cat(logits), tensor_bytes(model)
+RANK = Path(__file__).with_name("sharded_rank.py")
 
 
-def rank_main(rank: int, size: int, path: str, port: int, results) -> None:
-    torch.set_num_threads(1)
-    try:
-        cfg = ModelConfig.from_folder(path)
-        shards = join_group(rank, size, ("127.0.0.1", port), torch.device("cpu"))
-        logits, weight_bytes = run_steps(cfg, shards)
-        results.put((rank, logits.tolist(), weight_bytes))  # plain data: the process ends next
-    except BaseException:
-        results.put((rank, traceback.format_exc(), 0))
-
-
-def run_ranks(path, size: int) -> dict[int, tuple[torch.Tensor, int]]:
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+def run_ranks(path, size: int, tmp_path: Path) -> dict[int, tuple[torch.Tensor, int]]:
     port = free_port()
-    procs = [ctx.Process(target=rank_main, args=(rank, size, str(path), port, results)) for rank in range(size)]
-    for proc in procs:
-        proc.start()
+    outs = [tmp_path / f"rank{rank}.pt" for rank in range(size)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-P", str(RANK), str(rank), str(size), str(path), str(port), str(out)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, out in enumerate(outs)
+    ]
+    try:
+        for rank, proc in enumerate(procs):
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, f"rank {rank} failed:\n{err[-3000:]}"
+    finally:
+        for proc in procs:
+            proc.kill()
     found = {}
-    for _ in range(size):
-        rank, logits, weight_bytes = results.get(timeout=300)
-        assert not isinstance(logits, str), f"rank {rank} failed:\n{logits}"
-        found[rank] = (torch.tensor(logits), weight_bytes)
-    for proc in procs:
-        proc.join(60)
-        assert proc.exitcode == 0
+    for rank, out in enumerate(outs):
+        result = torch.load(out)
+        found[rank] = (result["logits"], result["weight_bytes"])
     return found
 
 
@@ -87,11 +61,11 @@ def odd_vocab_checkpoint(tmp_path_factory):
     [(2, "llama_checkpoint"), (4, "llama_checkpoint"), (4, "odd_vocab_checkpoint")],
     ids=["kv-split", "kv-replicated", "vocab-padded"],
 )
-def test_ranks_give_the_whole_models_logits_each_holding_its_share(request, size, checkpoint):
+def test_ranks_give_the_whole_models_logits_each_holding_its_share(request, size, checkpoint, tmp_path):
     path = request.getfixturevalue(checkpoint)
     cfg = ModelConfig.from_folder(path)
     whole_logits, whole_bytes = run_steps(cfg, SINGLE)
-    ranks = run_ranks(path, size)
+    ranks = run_ranks(path, size, tmp_path)
     norms = (2 * cfg.num_layers + 1) * cfg.hidden_size
     vocab_whole = 2 * cfg.vocab_size * cfg.hidden_size  # the embedding and the untied head
     kv_whole = 2 * cfg.num_layers * cfg.hidden_size * cfg.num_kv_heads * cfg.head_dim
