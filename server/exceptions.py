@@ -57,6 +57,13 @@ class ConflictError(InvalidRequestError):
     code = "conflict"
 
 
+class TooManyRequestsError(InvalidRequestError):
+    """The client has its share of some bounded work under way already; it may retry later."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+
 class EngineFailedError(ArgosyError):
     """A request failed in the engine (a bug, or the device): it ends with this error, a 500."""
 

@@ -42,6 +42,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
     structured_outputs: StructuredOutputsParams | None = None  # the constraint its output satisfies
+    logit_bias: dict[int, float] | None = None  # added to the logits of these token ids, as OpenAI's
     stop_strings: tuple[str, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -72,14 +73,16 @@ class SamplingParams:
         return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
 
     def validate(self) -> None:
-        _check(isinstance(self.n, int) and self.n >= 1, "n", f"n must be at least 1, got {self.n}")
+        for name, (low, high) in INTEGER_BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None or name not in OPTIONAL:
+                _check(
+                    _integer(value) and low <= value < high,
+                    name,
+                    f"{name} must be an integer in {_span(low, high)}, got {value!r}",
+                )
         _check(self.temperature >= 0.0, "temperature", f"temperature must be non-negative, got {self.temperature}")
         _check(0.0 < self.top_p <= 1.0, "top_p", f"top_p must be in (0, 1], got {self.top_p}")
-        _check(
-            self.top_k in (0, -1) or self.top_k >= 1,
-            "top_k",
-            f"top_k must be -1, 0 (disabled) or at least 1, got {self.top_k}",
-        )
         _check(0.0 <= self.min_p <= 1.0, "min_p", f"min_p must be in [0, 1], got {self.min_p}")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
@@ -90,43 +93,69 @@ class SamplingParams:
             f"repetition_penalty must be positive, got {self.repetition_penalty}",
         )
         _check(
-            self.max_tokens is None or self.max_tokens >= 1,
-            "max_tokens",
-            f"max_tokens must be at least 1, got {self.max_tokens}",
-        )
-        _check(self.min_tokens >= 0, "min_tokens", f"min_tokens must be non-negative, got {self.min_tokens}")
-        _check(
             self.max_tokens is None or self.min_tokens <= self.max_tokens,
             "min_tokens",
             f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})",
         )
         _check(
-            self.logprobs is None or self.logprobs >= 0,
-            "logprobs",
-            f"logprobs must be non-negative, got {self.logprobs}",
-        )
-        _check(
             all(isinstance(s, str) and s for s in self.stop_strings), "stop", "stop strings must be non-empty strings"
         )
         _check(
-            all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids),
+            all(_integer(t) and 0 <= t < TOKEN_ID_BOUND for t in self.stop_token_ids),
             "stop_token_ids",
-            f"stop_token_ids must be non-negative integers, got {self.stop_token_ids}",
+            f"stop_token_ids must be integers in {_span(0, TOKEN_ID_BOUND)}, got {self.stop_token_ids}",
         )
-        _check(
-            self.seed is None or (isinstance(self.seed, int) and -(2**63) <= self.seed < 2**63),
-            "seed",
-            f"seed must be an integer in [-2^63, 2^63), got {self.seed!r}",
-        )
-        _check(self.top_k < 2**31, "top_k", f"top_k must be below 2^31, got {self.top_k}")
         for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
             _check(math.isfinite(getattr(self, name)), name, f"{name} must be a finite number")
+        for token, bias in (self.logit_bias or {}).items():
+            _check(
+                _integer(token) and 0 <= token < TOKEN_ID_BOUND,
+                "logit_bias",
+                f"logit_bias keys must be token ids in {_span(0, TOKEN_ID_BOUND)}, got {token!r}",
+            )
+            _check(
+                isinstance(bias, int | float) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS,  # NaN fails it too
+                "logit_bias",
+                f"logit_bias values must be in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}], got {bias!r} for token {token}",
+            )
         # A grammar complete before min_tokens would leave no token to choose.
         _check(
             self.structured_outputs is None or self.min_tokens == 0,
             "min_tokens",
             "min_tokens cannot be combined with structured outputs (the grammar decides where the output ends)",
         )
+
+
+# Each integer field's bounds, [low, high): its meaning's, within what the engine core's wire
+# codec (MessagePack, 64 bits) and the device's int32 and int64 tensors carry.
+INT32, INT64 = 2**31, 2**63
+TOKEN_ID_BOUND = INT32  # the vocabulary's size bounds them further, where the model is known
+INTEGER_BOUNDS = {
+    "n": (1, INT32),
+    "top_k": (-1, INT32),  # -1 and 0: disabled
+    "seed": (-INT64, INT64),
+    "max_tokens": (1, INT32),
+    "min_tokens": (0, INT32),
+    "logprobs": (0, INT32),
+}
+OPTIONAL = {"seed", "max_tokens", "logprobs"}  # None: no seed, up to max_model_len, none
+MAX_LOGIT_BIAS = 100  # OpenAI's bound
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _span(low: int, high: int) -> str:
+    return f"[{low}, {high})" if high < 2**20 else f"[{_power(low)}, {_power(high)})"
+
+
+def _power(value: int) -> str:
+    """2^31 rather than 2147483648 in a message."""
+    if value in (0, -1, 1):
+        return str(value)
+    sign = "-" if value < 0 else ""
+    return f"{sign}2^{abs(value).bit_length() - 1}"
 
 
 def _check(ok: bool, param: str, message: str) -> None:

@@ -136,13 +136,14 @@ def build_app(config: ServerConfig) -> FastAPI:
     app.add_middleware(JSONBodies)
     if config.api_key:
         app.add_middleware(APIKeyCheck, key=config.api_key)
-    app.add_middleware(  # outside the key check: a browser's preflight carries no key
-        CORSMiddleware,
-        allow_origins=config.allowed_origins,
-        allow_methods=config.allowed_methods,
-        allow_headers=config.allowed_headers,
-        allow_credentials=config.allow_credentials,
-    )
+    if config.allowed_origins:  # no origin is allowed unless named: a page elsewhere cannot call the API
+        app.add_middleware(  # outside the key check: a browser's preflight carries no key
+            CORSMiddleware,
+            allow_origins=config.allowed_origins,
+            allow_methods=config.allowed_methods,
+            allow_headers=config.allowed_headers,
+            allow_credentials=config.allow_credentials,
+        )
     app.add_middleware(ResponsesInFlight, state=state)  # the outermost: it sees every response
 
     def loaded_engine() -> EngineClient:
@@ -193,7 +194,7 @@ def build_app(config: ServerConfig) -> FastAPI:
                 "max_model_len": client.max_model_len,
             }
 
-        base = card(state.model_name, state.config.engine.model or state.model_name, None)
+        base = card(state.model_name, state.model_name, None)  # never the server's own paths
         base["weight_version"] = state.weights.version
         refs = [] if state.adapters is None else sorted(state.adapters.registry.refs.values(), key=lambda r: r.name)
         return {"object": "list", "data": [base, *(card(r.name, r.path, state.model_name) for r in refs)]}

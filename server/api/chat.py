@@ -9,7 +9,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.generation import Generation, engine_request_id, serve_call
+from argosy.server.api.generation import Generation, engine_request_id, peer, serve_call
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, top_k
@@ -27,14 +27,14 @@ async def create_chat_completion(
     body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
 ) -> Response:
     tokenizer, chat_format = client.tokenizer, state.chat_format
-    tools = body.tool_use
-    parser = chat_format.parser(tools)
 
     def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], None]:
         try:
-            prompt = chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt is not False, tools)
+            prompt = chat_format.prompt(
+                tokenizer, body.messages, body.add_generation_prompt is not False, body.tool_use
+            )
             request = client.make_request(
-                engine_request_id(request_id), prompt, params, False, lora, priority=body.priority, user=body.user
+                engine_request_id(request_id), prompt, params, False, lora, body.priority, body.user, peer(http)
             )
             return [request], None
         except InvalidRequestError as exc:  # name what a chat call has: messages, top_logprobs
@@ -42,8 +42,9 @@ async def create_chat_completion(
             raise
 
     def reply(gen: Generation, params: SamplingParams, _: None) -> ChatReply:
+        tools = body.tool_use  # read with the sampling parameters, off the event loop
         calls_finish = tools is not None and tools.mode in ("auto", "required")
-        return ChatReply(body, gen, params, body.model, tokenizer, parser, calls_finish)
+        return ChatReply(body, gen, params, body.model, tokenizer, chat_format.parser(tools), calls_finish)
 
     return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply)
 

@@ -8,7 +8,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.generation import Generation, engine_request_id, serve_call
+from argosy.server.api.generation import Generation, engine_request_id, peer, serve_call
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k
@@ -24,7 +24,7 @@ async def create_completion(
     def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], list[str]]:
         requests = [
             client.make_request(
-                engine_request_id(request_id, i), prompt, params, lora=lora, priority=body.priority, user=body.user
+                engine_request_id(request_id, i), prompt, params, True, lora, body.priority, body.user, peer(http)
             )
             for i, prompt in enumerate(body.prompts())
         ]

@@ -83,13 +83,16 @@ class CoreClient:
         return message
 
     def send(self, command: protocol.CoreCommand) -> None:
-        """Sends without ever blocking the event loop. With no core at the socket's other end (it
-        has just exited) a PUSH socket would block for good: the command is dropped instead, and
-        the core's exit, seen within EXIT_POLL_S, fails whatever it concerned."""
+        self.send_encoded(protocol.encode(command))
+
+    def send_encoded(self, frame: bytes) -> None:
+        """Sends a command (protocol.encode's) without ever blocking the event loop. With no core at
+        the socket's other end (it has just exited) a PUSH socket would block for good: the command
+        is dropped instead, and the core's exit, seen within EXIT_POLL_S, fails whatever it concerned."""
         try:
-            self._commands.send(protocol.encode(command), zmq.NOBLOCK, copy=False)
+            self._commands.send(frame, zmq.NOBLOCK, copy=False)
         except zmq.Again:
-            log.warning("the engine core is not there to take a %s", type(command).__name__)
+            log.warning("the engine core is not there to take a command")
 
     async def messages(self) -> AsyncIterator[protocol.EngineCoreOutputs | protocol.CoreFailed]:
         """The core's messages while it serves, until its process ends."""

@@ -14,6 +14,8 @@ import logging
 import time
 from dataclasses import replace
 
+import msgspec
+
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.progress_watchdog import PING, Hang, ProgressWatchdog
@@ -85,13 +87,15 @@ class EngineClient:
         lora: AdapterRef | None = None,
         priority: int = 0,
         user: str | None = None,
+        client: str | None = None,
     ) -> NewRequest:
         """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas.
         Thread-safe: handlers call it off the event loop, a long prompt takes seconds."""
         delta = replace(params, output_kind=RequestOutputKind.DELTA)
         return self.inputs.make_request(
-            request_id, prompt, delta, add_special_tokens=add_special_tokens, lora=lora, priority=priority, user=user
-        )
+            request_id, prompt, delta, add_special_tokens=add_special_tokens, lora=lora, priority=priority, user=user,
+            client=client,
+        )  # fmt: skip
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """The engine core reads the adapter into host memory (it is served from now on)."""
@@ -142,13 +146,18 @@ class EngineClient:
             raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
         if in_flight := [r.request_id for r in requests if r.request_id in self._streams]:
             raise ValueError(f"request id {in_flight[0]!r} is already in flight")
+        # Encoded before anything is counted: a request that cannot cross to the core leaves no trace.
+        try:
+            frames = [protocol.encode(r.core) for r in requests]
+        except (OverflowError, msgspec.EncodeError) as exc:
+            raise EngineFailedError(f"the request cannot be sent to the engine core: {exc}") from exc
         wake = asyncio.Event()
-        return [self._submit(request, wake) for request in requests]
+        return [self._submit(request, frame, wake) for request, frame in zip(requests, frames)]
 
-    def _submit(self, request: NewRequest, wake: asyncio.Event) -> RequestStream:
+    def _submit(self, request: NewRequest, frame: bytes, wake: asyncio.Event) -> RequestStream:
         stream = self._streams[request.request_id] = RequestStream(request.request_id, wake, self.limits, self._forget)
         self.outputs.add(request)
-        self.core.send(request.core)
+        self.core.send_encoded(frame)
         if self.request_log is not None:
             self.request_log.received(request)
         if (constraint := request.params.structured_outputs) is not None:

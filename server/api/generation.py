@@ -36,6 +36,11 @@ def new_request_id(http: HTTPRequest, prefix: str) -> str:
     return http.headers.get("x-request-id") or f"{prefix}-{uuid.uuid4().hex}"
 
 
+def peer(http: HTTPRequest) -> str | None:
+    """The client's address, as the connection shows it."""
+    return http.client.host if http.client is not None else None
+
+
 def engine_request_id(request_id: str, index: int = 0) -> str:
     return f"{request_id}-{index}-{uuid.uuid4().hex[:12]}"
 
@@ -58,27 +63,55 @@ async def serve_call(
     build: Callable[[str, SamplingParams, AdapterRef | None], tuple[list[NewRequest], Prepared]],
     reply: Callable[[Generation, SamplingParams, Prepared], Reply],
 ) -> Response:
-    """One generation call: `build` makes its engine requests (and whatever else the reply
-    needs) from its id, sampling parameters and adapter (the one `model` names), off the event
-    loop; they are submitted; then `reply` answers, streamed or whole (499 when the client leaves
-    before the end)."""
+    """One generation call: its sampling parameters are read and `build` makes its engine requests
+    (and whatever else the reply needs) from its id, those parameters and adapter (the one `model`
+    names), off the event loop; they are submitted; then `reply` answers, streamed or whole (499
+    when the client leaves before the end). However the call ends, its requests end with it."""
     lora = resolve_model(body.model)
-    params = body.to_sampling_params()
     request_id = new_request_id(http, id_prefix)
-    requests, prepared = await prepare(request_id, lambda: build(request_id, params, lora))
+
+    def read_and_build() -> tuple[SamplingParams, list[NewRequest], Prepared]:
+        params = body.to_sampling_params()
+        return params, *build(request_id, params, lora)
+
+    params, requests, prepared = await prepare(request_id, read_and_build)
     gen = Generation(client, request_id, requests)
-    answer = reply(gen, params, prepared)
-    version = {WEIGHT_VERSION_HEADER: gen.weight_version}
-    if body.streaming:
-        # A constraint's grammar is compiled by the engine: a stream commits to its status only
-        # once it is known to compile (a 400 otherwise), which the first output shows.
-        if params.structured_outputs is not None and await cancel_on_disconnect(http, gen.started()) is DISCONNECTED:
+    streamed = False
+    try:
+        answer = reply(gen, params, prepared)
+        version = {WEIGHT_VERSION_HEADER: gen.weight_version}
+        if body.streaming:
+            # A constraint's grammar is compiled by the engine: a stream commits to its status only
+            # once it is known to compile (a 400 otherwise), which the first output shows.
+            if (
+                params.structured_outputs is not None
+                and await cancel_on_disconnect(http, gen.started()) is DISCONNECTED
+            ):
+                return client_closed()
+            streamed = True
+            return GenerationStream(gen, answer.stream(), media_type="text/event-stream", headers=version)
+        finals = await cancel_on_disconnect(http, gen.finals())
+        if finals is DISCONNECTED:
             return client_closed()
-        return StreamingResponse(answer.stream(), media_type="text/event-stream", headers=version)
-    finals = await cancel_on_disconnect(http, gen.finals())
-    if finals is DISCONNECTED:
-        return client_closed()
-    return JSONResponse({**answer.body(finals), "weight_version": gen.weight_version}, headers=version)
+        return JSONResponse({**answer.body(finals), "weight_version": gen.weight_version}, headers=version)
+    finally:
+        if not streamed:
+            gen.close()
+
+
+class GenerationStream(StreamingResponse):
+    """A streamed call's response: whatever ends it (its last event, the client leaving before
+    or during the stream, an error), the call's requests end with it."""
+
+    def __init__(self, gen: Generation, content: AsyncIterator[str], **kwargs):
+        super().__init__(content, **kwargs)
+        self.generation = gen
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.generation.close()
 
 
 async def prepare(request_id: str, build: Callable[[], Prepared]) -> Prepared:

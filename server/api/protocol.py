@@ -51,6 +51,7 @@ class SamplingFields(BaseModel):
     min_tokens: int | None = None
     skip_special_tokens: bool | None = None
     include_stop_str_in_output: bool | None = None
+    logit_bias: dict[str, float] | None = None  # OpenAI's: token ids (as JSON keys) to a bias in [-100, 100]
     # Constraints (structured_fields.py reads them): OpenAI's, vLLM's, and vLLM's older ones.
     response_format: dict[str, Any] | None = None
     structured_outputs: dict[str, Any] | None = None
@@ -65,7 +66,24 @@ class SamplingFields(BaseModel):
         if self.stream_options is not None and not self.streaming:
             raise InvalidRequestError("stream_options is only allowed when stream is true", param="stream_options")
         given = self.model_dump(include=SAMPLING_FIELDS, exclude_none=True)  # None: SamplingParams' default
-        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, structured_outputs=self.constraint(), **given)
+        return SamplingParams(
+            max_tokens=max_tokens,
+            logprobs=logprobs,
+            structured_outputs=self.constraint(),
+            logit_bias=self.token_biases(),
+            **given,
+        )
+
+    def token_biases(self) -> dict[int, float] | None:
+        """logit_bias with its keys read as token ids (JSON keys are strings)."""
+        if not self.logit_bias:
+            return None
+        biases = {}
+        for key, bias in self.logit_bias.items():
+            if not (key.isascii() and key.isdigit() and len(key) <= 10):
+                raise InvalidRequestError(f"logit_bias keys must be token ids, got {key[:32]!r}", param="logit_bias")
+            biases[int(key)] = bias
+        return biases
 
     def constraint(self) -> StructuredOutputsParams | None:
         return read_constraints(self)
@@ -82,7 +100,8 @@ class SamplingFields(BaseModel):
 # The request fields that are SamplingParams fields of the same name (max_tokens and logprobs
 # differ between the endpoints and are passed on by each).
 SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)} & set(SamplingFields.model_fields) - {
-    "structured_outputs"
+    "structured_outputs",
+    "logit_bias",
 }
 
 

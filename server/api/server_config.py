@@ -74,16 +74,19 @@ class ServerConfig:
         "", "the path prefix a proxy serves this server under, stripping it (the API docs name it)"
     )
     allowed_origins: list[str] = setting(
-        [], 'CORS origins allowed (a JSON list, as vLLM takes it, or repeated); default ["*"]'
+        [],
+        'CORS origins allowed (a JSON list, as vLLM takes it, or repeated; "*" for any); default none: '
+        "no browser page of another origin may call the API (vLLM allows any)",
     )
-    allowed_methods: list[str] = setting([], 'CORS methods allowed; default ["*"]')
-    allowed_headers: list[str] = setting([], 'CORS headers allowed; default ["*"]')
+    allowed_methods: list[str] = setting([], 'CORS methods allowed, with --allowed-origins; default ["*"]')
+    allowed_headers: list[str] = setting([], 'CORS headers allowed, with --allowed-origins; default ["*"]')
     allow_credentials: bool = setting(False, "CORS: allow credentials (cookies, authorization headers)")
     enable_log_requests: bool = setting(False, "log each request: its id, prompt, token ids and sampling parameters")
     max_log_len: int | None = setting(None, "characters and token ids of a prompt that a request's log line shows")
 
     def __post_init__(self) -> None:
-        for name in ("allowed_origins", "allowed_methods", "allowed_headers"):
+        self.allowed_origins = _json_or_list(self.allowed_origins, "allowed_origins")
+        for name in ("allowed_methods", "allowed_headers"):
             setattr(self, name, _json_or_list(getattr(self, name), name) or ["*"])
         if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
             raise InvalidRequestError("give --ssl-keyfile and --ssl-certfile together", param="ssl_certfile")

@@ -36,7 +36,11 @@ class WeightsControl:
     async def update(self, client: EngineClient, path: str, mode: Literal["wait", "abort"], version: str | None) -> int:
         """Swaps in the checkpoint at `path`; returns the requests aborted to do it."""
         async with self._change(client, "updating the weights", mode) as aborted:
-            await client.control(protocol.UpdateWeights(path))
+            try:
+                await client.control(protocol.UpdateWeights(path))
+            except InvalidRequestError as exc:  # the checkpoint at fault: the field that named it
+                exc.param = exc.param or "model_path"
+                raise
             if self.sleeping == 2:  # the weights are back; the KV cache waits for the wake-up
                 self.sleeping = 1
             self.num_updates += 1

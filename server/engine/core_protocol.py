@@ -24,6 +24,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, tag=True):
     lora: AdapterRef | None = None
     priority: int = 0  # lower first, with --scheduling-policy priority
     user: str | None = None  # whose share it counts against, with --scheduling-policy fair
+    client: str | None = None  # where it came from (the peer's address): whose share of the grammar compiles
 
 
 class AbortRequests(msgspec.Struct, array_like=True, tag=True):
@@ -98,14 +99,22 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
 class RequestFailed(msgspec.Struct, array_like=True):
     request_id: str
     message: str
-    invalid: bool = False  # the request's own fault (a grammar that does not compile): a 400
+    invalid: bool = False  # the request's own fault (a grammar that does not compile): a 4xx
     param: str | None = None  # the field at fault, when invalid
+    status: int = 400  # when invalid: 429 where it may be retried as it is
+    code: str | None = None
+
+    @classmethod
+    def of(cls, request_id: str, error: InvalidRequestError) -> RequestFailed:
+        return cls(request_id, str(error), True, error.param, error.status, error.code)
 
 
 def failure_error(failure: RequestFailed) -> Exception:
     """What a failed request raises to whoever waits for it."""
     if failure.invalid:
-        return InvalidRequestError(failure.message, param=failure.param)
+        error = InvalidRequestError(failure.message, param=failure.param)
+        error.status, error.code = failure.status, failure.code
+        return error
     return EngineFailedError(failure.message)
 
 

@@ -97,7 +97,8 @@ class EngineCore:
                 raise InvalidRequestError(message, param="model")
             self.lora.add(request)  # raises (nothing held) when the adapter cannot be read
         if new.params.structured_outputs is not None:
-            self.grammars.submit(new.params.structured_outputs)
+            # The compile's client: its user, or where it came from (bounded shares of the compiles).
+            self.grammars.submit(new.params.structured_outputs, new.user or new.client)
             request.waiting_for_grammar = True
             self._compiling.append(request)
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
@@ -135,6 +136,10 @@ class EngineCore:
         del self.requests[request.request_id]
         if self.lora is not None:
             self.lora.remove(request)
+        if request.waiting_for_grammar:  # a compile nobody else waits for stops
+            request.waiting_for_grammar = False
+            self._compiling.remove(request)
+            self.grammars.release(request.params.structured_outputs)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -194,7 +199,7 @@ class EngineCore:
         scheduled = self.scheduler.schedule()
         if not scheduled.has_work:
             if compiling:  # nothing else to run: a moment for the compiles, then the loop goes on
-                self.grammars.wait_any({r.params.structured_outputs.key for r in compiling}, GRAMMAR_POLL_SECONDS)
+                self.grammars.wait_any(GRAMMAR_POLL_SECONDS)
             elif self.scheduler.has_work():
                 raise RuntimeError("the scheduler could not schedule any waiting sequence")
             return []
@@ -240,22 +245,21 @@ class EngineCore:
     def _check_grammars(self) -> list[Request]:
         """Admits the requests whose grammar has compiled and fails those whose grammar failed
         or took too long; returns those still waiting."""
-        waiting, now = [], time.monotonic()
-        for request in self._compiling:
-            if request.request_id not in self.requests:  # aborted meanwhile
-                continue
+        now = time.monotonic()
+        self.grammars.poll(now)
+        for request in list(self._compiling):
+            params = request.params.structured_outputs
             try:
-                request.waiting_for_grammar = not self.grammars.ready(
-                    request.params.structured_outputs, request.arrival_time, now
-                )
+                ready = self.grammars.ready(params)
             except InvalidRequestError as exc:
                 self.abort(request.request_id)
-                self._failed.append(RequestFailed(request.request_id, str(exc), invalid=True, param=exc.param))
+                self._failed.append(RequestFailed.of(request.request_id, exc))
                 continue
-            if request.waiting_for_grammar:
-                waiting.append(request)
-        self._compiling = waiting
-        return waiting
+            if ready:
+                request.waiting_for_grammar = False
+                self._compiling.remove(request)
+                self.grammars.release(params)
+        return self._compiling
 
     def _append_sampled(self, targets: list[Sequence], result: StepResult) -> list[EngineCoreOutput]:
         """Each target's new tokens; a target that could not be sampled, or whose stop check

@@ -13,8 +13,8 @@ from argosy.server.exceptions import InvalidRequestError
 from argosy.server.lora.request import AdapterRef
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.sampling_params import SamplingParams
-from argosy.server.scheduling.policy import SchedulingPolicy
+from argosy.server.sampling_params import INT64, SamplingParams
+from argosy.server.scheduling.policy import MAX_USER_LENGTH, SchedulingPolicy
 from argosy.server.text.tokenizer import Tokenizer
 
 
@@ -80,12 +80,20 @@ class InputProcessor:
         lora: AdapterRef | None = None,
         priority: int = 0,
         user: str | None = None,
+        client: str | None = None,
     ) -> NewRequest:
         """Raises InvalidRequestError, naming the field, when the request cannot be served.
         A rendered chat prompt has its special tokens already (add_special_tokens=False);
         `lora`: the adapter it runs with; `priority` and `user`: its place under the priority and
-        fair scheduling policies."""
+        fair scheduling policies; `client`: where it came from, whose share of the grammar compiles
+        it takes when it has no `user`."""
         params.validate()
+        if not (isinstance(priority, int) and -INT64 <= priority < INT64):
+            raise InvalidRequestError(
+                f"priority must be an integer in [-2^63, 2^63), got {priority!r}", param="priority"
+            )
+        if user is not None and not (isinstance(user, str) and len(user) <= MAX_USER_LENGTH):
+            raise InvalidRequestError(f"user must be a string of at most {MAX_USER_LENGTH} characters", param="user")
         if priority != 0 and self.scheduling_policy != "priority":
             raise InvalidRequestError(
                 f"priority {priority} is only served with --scheduling-policy priority (this server schedules "
@@ -101,7 +109,8 @@ class InputProcessor:
             )
         token_ids = self.tokenizer.encode(text, add_special_tokens) if text is not None else list(prompt)
         self._check(token_ids, params)
-        core = EngineCoreRequest(request_id, token_ids, params, arrival_time or time.monotonic(), lora, priority, user)
+        arrival = arrival_time or time.monotonic()
+        core = EngineCoreRequest(request_id, token_ids, params, arrival, lora, priority, user, client)
         return NewRequest(core, text)
 
     def _check(self, token_ids: list[int], params: SamplingParams) -> None:
@@ -122,6 +131,9 @@ class InputProcessor:
         bad = next((t for t in token_ids if not isinstance(t, int) or not 0 <= t < vocab), None)
         if bad is not None:
             raise InvalidRequestError(f"prompt token id {bad!r} is outside the vocabulary [0, {vocab})", param="prompt")
+        bad = next((t for t in params.logit_bias or () if t >= vocab), None)
+        if bad is not None:
+            raise InvalidRequestError(f"logit_bias token id {bad} is outside the vocabulary [0, {vocab})", "logit_bias")
         bad = next((t for t in params.stop_token_ids if t >= vocab), None)
         if bad is not None:
             raise InvalidRequestError(

@@ -11,15 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.regular_files import read_regular, regular_fd
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
+MAX_HEADER_BYTES = 16 << 20  # of a weights file's safetensors header (thousands of tensors)
+HEADER_READ_BYTES = 8 + MAX_HEADER_BYTES
+_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _TENSOR = re.compile(r"^(?:base_model\.model\.)?model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
 # Settings PEFT may write whose non-default value changes the product: each refused by name.
@@ -74,9 +79,15 @@ def placement(model: ModelConfig) -> dict[str, tuple[str, int, int, int]]:
     }
 
 
-def inspect_adapter(path: str | Path, model: ModelConfig, max_rank: int, data: bytes | None = None) -> AdapterFolder:
-    """Checks the folder at `path` against the base `model`; `data`: the weights file's bytes,
-    when the caller has read them (they are what the digest is of)."""
+def inspect_adapter(path: str | Path, model: ModelConfig, max_rank: int) -> AdapterFolder:
+    """Checks the folder at `path` against the base `model`."""
+    return read_adapter_folder(path, model, max_rank)[0]
+
+
+def read_adapter_folder(path: str | Path, model: ModelConfig, max_rank: int) -> tuple[AdapterFolder, bytes]:
+    """The folder at `path` checked against the base `model`, and its weights file's bytes (what
+    the digest is of). Everything the weights' header says is checked before the rest is read:
+    the file's size is then bounded by the base model's."""
     folder = Path(path)
     config = _read_config(folder)
     rank, alpha = config.get("r"), config.get("lora_alpha")
@@ -84,12 +95,12 @@ def inspect_adapter(path: str | Path, model: ModelConfig, max_rank: int, data: b
         raise AdapterError(folder / CONFIG_FILE, f"r must be a positive integer, got {rank!r}")
     if rank > max_rank:
         raise AdapterError(folder / CONFIG_FILE, f"r is {rank}, above the server's max_lora_rank {max_rank}")
-    if not isinstance(alpha, (int, float)):
-        raise AdapterError(folder / CONFIG_FILE, f"lora_alpha must be a number, got {alpha!r}")
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not math.isfinite(alpha):
+        raise AdapterError(folder / CONFIG_FILE, f"lora_alpha must be a finite number, got {alpha!r}")
     scaling = alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
-    weights = folder / WEIGHTS_FILE
-    data = read_weights(folder) if data is None else data
-    shapes = _header_shapes(weights, data)
+    weights = _weights_file(folder)
+    head, size = _read(weights, HEADER_READ_BYTES)
+    shapes = _header_shapes(weights, head, size)
     places = placement(model)
     pairs = {}
     for (layer, module), (a, b) in sorted(_pairs(weights, shapes, model).items()):
@@ -101,21 +112,32 @@ def inspect_adapter(path: str | Path, model: ModelConfig, max_rank: int, data: b
                 f"(expected [{rank}, {fan_in}] and [{fan_out}, {rank}])",
             )
         pairs[layer, module] = (a, b)
+    data, now = _read(weights, size)  # bounded by the header just checked
+    if now != size or _header_shapes(weights, data, size) != shapes:  # replaced since its header was read
+        raise AdapterError(weights, "the file changed while it was read")
+    if (bad := non_finite_tensor(data)) is not None:
+        raise AdapterError(weights, f"tensor {bad!r} holds NaN or infinite values")
     digest = hashlib.sha256(data)
     digest.update(f"rank={rank};scaling={scaling!r}".encode())  # the same tensors scaled otherwise differ
-    return AdapterFolder(folder, rank, scaling, digest.hexdigest(), pairs)
+    return AdapterFolder(folder, rank, scaling, digest.hexdigest(), pairs), data
 
 
-def read_weights(folder: Path) -> bytes:
+def _weights_file(folder: Path) -> Path:
     weights = folder / WEIGHTS_FILE
-    if not weights.is_file():
-        if (folder / "adapter_model.bin").is_file():
+    if not weights.exists():
+        if (folder / "adapter_model.bin").exists():
             raise AdapterError(
                 folder / "adapter_model.bin", "pickled .bin adapters are not supported: save it as safetensors"
             )
         raise AdapterError(weights, "file not found")
+    return weights
+
+
+def _read(weights: Path, limit: int) -> tuple[bytes, int]:
+    """The file's first `limit` bytes at most, and its size."""
     try:
-        return weights.read_bytes()
+        with os.fdopen(regular_fd(weights), "rb") as f:
+            return f.read(limit), os.fstat(f.fileno()).st_size
     except OSError as exc:
         raise AdapterError(weights, f"unreadable ({exc.strerror or exc})") from exc
 
@@ -124,10 +146,12 @@ def _read_config(folder: Path) -> dict:
     file = folder / CONFIG_FILE
     if not folder.is_dir():
         raise AdapterError(folder, "adapter folder not found")
-    if not file.is_file():
+    if not file.exists():
         raise AdapterError(file, "file not found (a PEFT adapter folder holds adapter_config.json)")
     try:
-        config = json.loads(file.read_text())
+        config = json.loads(read_regular(file))
+    except OSError as exc:
+        raise AdapterError(file, f"unreadable ({exc.strerror or exc})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AdapterError(file, f"not valid JSON ({exc})") from exc
     if not isinstance(config, dict) or config.get("peft_type", "LORA") != "LORA":
@@ -148,21 +172,31 @@ def _read_config(folder: Path) -> dict:
     return config
 
 
-def _header_shapes(weights: Path, data: bytes) -> dict[str, list[int]]:
-    """Each tensor's shape, from the safetensors header, which is checked to describe the file."""
+def _header_shapes(weights: Path, head: bytes, size: int) -> dict[str, list[int]]:
+    """Each tensor's shape, from the safetensors header at the start of `head` (the file's first
+    bytes), which is checked to describe the file of `size` bytes exactly: floating-point
+    tensors whose bytes fit their shapes, lying end to end, nothing after them."""
     try:
-        size = int.from_bytes(data[:8], "little")
-        header = json.loads(data[8 : 8 + size])
-        if len(data) < 8 or not isinstance(header, dict):
+        length = int.from_bytes(head[:8], "little")
+        if len(head) < 8 or not 2 <= length <= min(MAX_HEADER_BYTES, size - 8, len(head) - 8):
+            raise ValueError(f"a header of {length} bytes in a file of {size}")
+        header = json.loads(head[8 : 8 + length])
+        if not isinstance(header, dict):
             raise ValueError("no header")
-        shapes = {}
+        shapes, end_of_data = {}, 0
         for key, entry in header.items():
             if key == "__metadata__":
                 continue
             begin, end = entry["data_offsets"]
-            if not 0 <= begin <= end <= len(data) - 8 - size:
-                raise ValueError(f"tensor {key!r} lies outside the file")
-            shapes[key] = [int(d) for d in entry["shape"]]
+            shape = [int(d) for d in entry["shape"]]
+            itemsize = _ITEMSIZE.get(entry["dtype"])
+            if itemsize is None:
+                raise ValueError(f"tensor {key!r} has dtype {entry['dtype']}; LoRA weights are floating point")
+            if any(d < 0 for d in shape) or not 0 <= begin <= end or end - begin != math.prod(shape) * itemsize:
+                raise ValueError(f"tensor {key!r} does not lie in the file as its header says")
+            shapes[key], end_of_data = shape, max(end_of_data, end)
+        if size != 8 + length + end_of_data:
+            raise ValueError(f"{size} bytes, where its header describes {8 + length + end_of_data}")
         return shapes
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
         raise AdapterError(weights, f"corrupt or unreadable safetensors file ({exc})") from exc
@@ -188,3 +222,37 @@ def _pairs(weights: Path, shapes: dict[str, list[int]], model: ModelConfig) -> d
     if not halves:
         raise AdapterError(weights, "no LoRA tensors")
     return {key: (pair["A"], pair["B"]) for key, pair in halves.items()}
+
+
+# Per dtype: its size, and the byte offsets within an element (little-endian) whose bits, masked,
+# are all set exactly when the exponent is: the infinities and NaNs.
+_EXPONENT_BYTES = {
+    "F64": (8, ((7, 0x7F), (6, 0xF0))),
+    "F32": (4, ((3, 0x7F), (2, 0x80))),
+    "F16": (2, ((1, 0x7C),)),
+    "BF16": (2, ((1, 0x7F), (0, 0x80))),
+}
+
+
+def non_finite_tensor(data: bytes) -> str | None:
+    """The name of the first tensor of a safetensors file's bytes (header checked) that holds a NaN
+    or an infinity, or None. Without torch, at C speed: each exponent byte of every element is
+    sliced out and mapped to 1 where its exponent bits are all set, and the elements whose bytes
+    all say so are found by AND-ing those maps as integers."""
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + length])
+    base = 8 + length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        itemsize, masks = _EXPONENT_BYTES[entry["dtype"]]
+        hits = -1
+        for offset, mask in masks:
+            table = bytes(1 if b & mask == mask else 0 for b in range(256))
+            hits &= int.from_bytes(data[base + begin + offset : base + end : itemsize].translate(table), "little")
+            if not hits:
+                break
+        if hits:
+            return name
+    return None

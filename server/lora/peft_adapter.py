@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load as load_safetensors
 
-from argosy.server.lora.adapter_folder import AdapterError, inspect_adapter, placement, read_weights
+from argosy.server.lora.adapter_folder import AdapterError, placement, read_adapter_folder
 from argosy.server.models.model_config import ModelConfig
 
 
@@ -39,8 +39,7 @@ class LoRAAdapter:
 
 def read_adapter(name: str, path: str | Path, model: ModelConfig, max_rank: int, dtype: torch.dtype) -> LoRAAdapter:
     """The adapter at `path`, checked against the base `model`, its tensors in `dtype` on the host."""
-    data = read_weights(Path(path))
-    folder = inspect_adapter(path, model, max_rank, data)
+    folder, data = read_adapter_folder(path, model, max_rank)
     try:
         tensors = load_safetensors(data)
     except Exception as exc:  # the header was sound; the data behind it is not

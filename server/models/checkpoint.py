@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from argosy.server.exceptions import CheckpointError, CheckpointNotFoundError
+from argosy.server.regular_files import read_regular, regular_fd
 
 INDEX_FILE = "model.safetensors.index.json"
 
@@ -24,10 +25,12 @@ def find_shards(folder: str | Path) -> list[Path]:
     if not folder.is_dir():
         raise CheckpointNotFoundError(folder, "checkpoint folder not found")
     index = folder / INDEX_FILE
-    if index.is_file():
+    if index.exists():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            weight_map = json.loads(read_regular(index))["weight_map"]
+        except OSError as exc:
+            raise CheckpointError(index, f"unreadable ({exc.strerror or exc})") from exc
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
             raise CheckpointError(index, f"not a valid safetensors index ({exc})") from exc
         shards = [folder / name for name in sorted(set(weight_map.values()))]
         for shard in shards:
@@ -75,7 +78,7 @@ def stored_tensors(folder: str | Path) -> list[StoredTensor]:
 
 def _shard_tensors(shard: Path) -> list[StoredTensor]:
     try:
-        with open(shard, "rb") as f:
+        with os.fdopen(regular_fd(shard), "rb") as f:
             size = os.fstat(f.fileno()).st_size
             (length,) = struct.unpack("<Q", f.read(8).ljust(8, b"\0"))
             if not 2 <= length <= min(_MAX_HEADER, size - 8):
@@ -112,3 +115,18 @@ def manifest_differences(running: dict, new: dict) -> list[str]:
         if (shape, dtype) != (new_shape, new_dtype):
             found.append(f"tensor {name!r} is {new_dtype} {new_shape}, the running model's is {dtype} {shape}")
     return found
+
+
+def first_non_finite(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first tensor holding a NaN or an infinity, or None; the device is waited
+    for once, whatever the number of tensors."""
+    if not tensors:
+        return None
+    finite = torch.stack([_all_finite(t) for t in tensors.values()]).tolist()
+    return next((name for name, ok in zip(tensors, finite) if not ok), None)
+
+
+def _all_finite(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.dtype == torch.float8_e4m3fn:  # no infinities; NaN is every exponent and mantissa bit set
+        return ((tensor.view(torch.uint8) & 0x7F) != 0x7F).all()
+    return torch.isfinite(tensor).all()

@@ -12,7 +12,7 @@ import torch
 
 from argosy.kernels.attention_backend import AttentionBackend
 from argosy.server.exceptions import CheckpointError
-from argosy.server.models.checkpoint import stored_tensors
+from argosy.server.models.checkpoint import first_non_finite, stored_tensors
 from argosy.server.models.decoder import CausalLM
 from argosy.server.models.layers import RotaryEmbedding
 from argosy.server.models.linear import process_weights
@@ -83,6 +83,8 @@ def load_model(
         )
     with torch.no_grad():
         model.checkpoint_read = read_tensors(reads)
+        if (bad := first_non_finite({r.stored.name: r.dest for r in reads})) is not None:
+            raise CheckpointError(cfg.path, f"tensor {bad!r} holds NaN or infinite values")
     if shards.layout.size > 1:  # split by input columns: their rows' scales span every rank's slice
         for layer in model.layers:
             layer.self_attn.o_proj.row_max = layer.mlp.down_proj.row_max = shards.max_over_ranks

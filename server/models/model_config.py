@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from argosy.server.exceptions import CheckpointError, CheckpointNotFoundError, UnsupportedModelError
+from argosy.server.regular_files import read_regular
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,13 @@ def _token_ids(value: int | list[int] | None) -> tuple[int, ...]:
 
 
 def _read_json(path: Path, required: bool = True) -> dict:
-    if not path.is_file():
+    if not path.exists():
         if required:
             raise CheckpointNotFoundError(path, "file not found")
         return {}
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_regular(path))
+    except OSError as exc:
+        raise CheckpointError(path, f"unreadable ({exc.strerror or exc})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CheckpointError(path, f"not valid JSON ({exc})") from exc

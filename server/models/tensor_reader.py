@@ -25,6 +25,7 @@ import torch
 
 from argosy.server.exceptions import CheckpointError
 from argosy.server.models.checkpoint import StoredTensor
+from argosy.server.regular_files import regular_fd
 
 CHUNK_BYTES = 32 << 20  # one read; large enough to stream, small enough to spread over threads
 THREADS = 8  # reads in flight: NVMe drives want a deep queue
@@ -152,7 +153,7 @@ class _OpenFiles:
     def open(self, path: Path) -> int:
         if path not in self.fds:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = regular_fd(path)
             except OSError as exc:
                 raise CheckpointError(path, f"corrupt or unreadable safetensors file ({exc})") from exc
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)

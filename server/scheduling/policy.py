@@ -21,5 +21,7 @@ from typing import Literal
 SchedulingPolicy = Literal["fcfs", "priority", "fair"]
 AGING_STEPS = 64  # steps of waiting worth one priority level
 MIN_RUN_STEPS = 8  # steps a sequence preempted for priority runs after its return before it may be again
+MAX_IDLE_USERS = 4096  # idle users whose fair-share counts are remembered, the longest idle forgotten first
+MAX_USER_LENGTH = 256  # characters of a request's `user`: the fair policy keeps the name
 OUTPUT_WEIGHT = 2  # an output token's cost against a prompt token's, in fair shares (a decode step
 # computes one token for a sequence, a prefill step many)

@@ -1,9 +1,11 @@
-"""GrammarCompiler: constraints compiled into token-level grammars (xgrammar), off the step loop.
-Compiles run in a thread pool (the library lets go of the GIL), at most one per distinct
-constraint: requests with the same constraint share it, and it stays cached for those that
-come later, as does a failure. A request waits for its grammar while the engine steps on; one
-whose grammar is not ready within the time limit fails with a 400 naming its field (the
-compile itself cannot be interrupted: it finishes in the background and is cached).
+"""GrammarCompiler: constraints compiled into token-level grammars (xgrammar), off the step loop,
+each in a process of its own (compile_job.py), stopped as soon as no request waits for it any
+more, or once it runs past the time limit. Requests with the same constraint share one compile,
+and its grammar (or its failure) stays cached for those that come later. Which compiles run is
+the CompileQueue's: the clients take turns, each with a bounded share (more pending is a 429), so
+a request waits for its compile to start no longer than the compiles ahead of it in its turn take,
+each at most `timeout` seconds: a compile that runs past that is stopped, and its requests fail
+with a 400 naming their field (simplify it).
 
 Why xgrammar: bench/structured.py compares it with llguidance on this vocabulary; its masks
 cost a fifth of llguidance's per token, which every step pays, while its compile, which it
@@ -12,51 +14,64 @@ pays once per constraint, is cached and kept off the step loop here."""
 from __future__ import annotations
 
 import functools
-import json
-import re
+import multiprocessing
 import threading
 import time
+import warnings
 from collections import OrderedDict
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.structured.json_schema import check_regex, check_schema, exact_formats
+from argosy.server.structured import compile_job
+from argosy.server.structured.compile_queue import CompileQueue
 from argosy.server.structured.params import StructuredOutputsParams
 from argosy.server.text.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # imported where a grammar is compiled: an engine serves without it
     import xgrammar as xgr
 
-COMPILE_THREADS = 2
+MAX_RUNNING = 4  # compiles at once, each a process
+PER_CLIENT_RUNNING = 2  # of one client's
+PER_CLIENT_PENDING = 8  # queued or running for one client; more is a 429
 CACHED_GRAMMARS = 256  # distinct constraints kept compiled, least recently used out first
-_LIBRARY_PREFIX = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[19:51:01] /project/cpp/x.cc:94: "
 
 
-def tokenizer_info(tokenizer: Tokenizer, vocab_size: int, eos_token_ids: list[int]) -> xgr.TokenizerInfo:
-    """The vocabulary as the grammar library reads it: each token's raw bytes (special tokens
-    as nothing, so that no grammar produces them), padded to the model's vocab_size."""
-    import xgrammar as xgr
-
-    special = tokenizer.special_ids
-    vocab = [b"" if i in special else raw for i, raw in enumerate(tokenizer.vocab_bytes)]
-    return xgr.TokenizerInfo(vocab, xgr.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=list(eos_token_ids))
+@dataclass
+class _Job:
+    params: StructuredOutputsParams
+    waiters: int  # requests waiting for it
+    started_at: float | None = None
+    process: BaseProcess | None = None
+    conn: Connection | None = None
+    result: xgr.CompiledGrammar | InvalidRequestError | None = None
 
 
 class GrammarCompiler:
     def __init__(
-        self, tokenizer_folder: Path, vocab_size: int, eos_token_ids: list[int], timeout: float, max_whitespace: int
+        self,
+        tokenizer_folder: Path,
+        vocab_size: int,
+        eos_token_ids: list[int],
+        timeout: float,
+        max_whitespace: int,
+        max_running: int = MAX_RUNNING,
     ):
-        # The tokenizer is read by the first compile: an engine that is never asked for a
-        # constraint spends nothing on it at start-up.
         self.tokenizer_folder, self.vocab_size, self.eos_token_ids = tokenizer_folder, vocab_size, eos_token_ids
-        self._compiler: xgr.GrammarCompiler | None = None  # made by the first compile (a third of a second)
-        self._compiler_lock = threading.Lock()
         self.timeout, self.max_whitespace = timeout, max_whitespace
-        self.pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="grammar-compile")
-        self.compiles: OrderedDict[str, Future] = OrderedDict()
+        self.queue = CompileQueue(max_running, PER_CLIENT_RUNNING, PER_CLIENT_PENDING)
+        self.jobs: dict[str, _Job] = {}  # the constraints requests wait for, by key
+        self.cache: OrderedDict[str, xgr.CompiledGrammar | InvalidRequestError] = OrderedDict()
         self.compile_seconds: list[float] = []  # of each compile finished since the last take
+        # The compiler is built by a thread at the first constraint (an engine that is never asked
+        # for one spends nothing on it); compiles are forked from this process once it is.
+        self._builder: threading.Thread | None = None
+        self._compiler: xgr.GrammarCompiler | None = None
+        self._info: xgr.TokenizerInfo | None = None
+        self._build_error: InvalidRequestError | None = None
 
     @functools.cached_property
     def tokenizer(self) -> Tokenizer:
@@ -66,95 +81,161 @@ class GrammarCompiler:
     def vocab_bytes(self) -> list[bytes]:
         return self.tokenizer.vocab_bytes
 
-    def submit(self, params: StructuredOutputsParams) -> str:
-        """Starts (or finds) the compile of `params`' constraint; returns its key."""
+    def submit(self, params: StructuredOutputsParams, client: str | None) -> None:
+        """A request of `client` waits for the grammar of `params`: its compile starts unless it is
+        compiled or compiling; raises TooManyRequestsError when the client has its share queued."""
         key = params.key
-        if key in self.compiles:
-            self.compiles.move_to_end(key)
-            return key
-        self.compiles[key] = self.pool.submit(self._compile, params)
-        while len(self.compiles) > CACHED_GRAMMARS:
-            self.compiles.popitem(last=False)  # a request waiting on it still holds its future
-        return key
+        if (job := self.jobs.get(key)) is not None:
+            job.waiters += 1
+            return
+        if (cached := self.cache.pop(key, None)) is not None:  # held by the job while requests wait
+            self.jobs[key] = _Job(params, 1, result=cached)
+            return
+        self.queue.add(key, client, params.field)
+        self.jobs[key] = _Job(params, 1)
+        self._build()
+        self._start_queued()
 
-    def ready(self, params: StructuredOutputsParams, since: float, now: float) -> bool:
-        """Whether the grammar of `params` is compiled; raises InvalidRequestError when it failed,
-        or when a request that asked for it at `since` has waited past the time limit."""
-        future = self.compiles.get(params.key)
-        if future is None:  # evicted while the request waited: compiled again
-            self.submit(params)
-            return False
-        if future.done():
-            future.result()  # raises the compile's error
-            return True
-        if now - since > self.timeout:
-            raise InvalidRequestError(
-                f"{params.field}: the {params.kind} grammar did not compile within the time limit "
-                f"({self.timeout:g} s); simplify it",
-                param=params.field,
-            )
-        return False
+    def release(self, params: StructuredOutputsParams) -> None:
+        """A request no longer waits for the grammar of `params` (it has it, or it went): a compile
+        nobody waits for any more is stopped."""
+        key = params.key
+        job = self.jobs.get(key)
+        if job is None:
+            return
+        job.waiters -= 1
+        if job.waiters > 0:
+            return
+        del self.jobs[key]
+        if job.result is not None:
+            self._keep(key, job.result)
+        else:
+            self.queue.remove(key)
+            _stop(job)
+            self._start_queued()
+
+    def ready(self, params: StructuredOutputsParams) -> bool:
+        """Whether the grammar of `params` is compiled; raises InvalidRequestError when its compile
+        failed or ran past the limit."""
+        result = self.jobs[params.key].result
+        if isinstance(result, InvalidRequestError):
+            raise result
+        return result is not None
+
+    def poll(self, now: float) -> None:
+        """Takes the finished compiles' results, stops those past the limit, starts queued ones."""
+        for key, job in list(self.jobs.items()):
+            if job.process is None or job.result is not None:
+                continue
+            if job.conn.poll() or not job.process.is_alive():
+                self._finish(key, job)
+            elif now - job.started_at > self.timeout:
+                _stop(job)
+                self.queue.remove(key)
+                job.result = InvalidRequestError(
+                    f"{job.params.field}: the {job.params.kind} grammar did not compile within the time limit "
+                    f"({self.timeout:g} s); simplify it",
+                    param=job.params.field,
+                )
+        self._start_queued()
+
+    def wait_any(self, timeout: float) -> None:
+        """Blocks until a compile finishes, or `timeout` seconds pass."""
+        conns = [job.conn for job in self.jobs.values() if job.conn is not None and job.result is None]
+        if conns:
+            wait(conns, timeout)
+        elif self._builder is not None and self._builder.is_alive():
+            self._builder.join(timeout)
 
     def __getitem__(self, key: str) -> xgr.CompiledGrammar:
-        return self.compiles[key].result()
-
-    def wait_any(self, keys: set[str], timeout: float) -> None:
-        """Blocks until one of the compiles of `keys` is done, or `timeout` seconds pass."""
-        futures = [self.compiles[k] for k in keys if k in self.compiles]
-        if futures:
-            wait(futures, timeout, return_when=FIRST_COMPLETED)
+        job = self.jobs.get(key)
+        return job.result if job is not None and job.result is not None else self.cache[key]
 
     def take_compile_seconds(self) -> list[float]:
         seconds, self.compile_seconds = self.compile_seconds, []
         return seconds
 
-    def _compile(self, params: StructuredOutputsParams) -> xgr.CompiledGrammar:
-        started = time.perf_counter()
-        try:
-            compiled = self._compile_kind(params)
-        except InvalidRequestError:
-            raise
-        except ImportError as exc:
-            raise InvalidRequestError(
-                f"{params.field}: this server cannot hold outputs to constraints ({exc}; pip install xgrammar)",
-                param=params.field,
-            ) from exc
-        except Exception as exc:  # the library's own message names what is wrong
-            message = _LIBRARY_PREFIX.sub("", str(exc).strip())
-            raise InvalidRequestError(f"{params.field}: invalid {params.kind}: {message}", param=params.field) from exc
-        self.compile_seconds.append(time.perf_counter() - started)
-        return compiled
+    def close(self) -> None:
+        for job in self.jobs.values():
+            _stop(job)
 
-    @property
-    def compiler(self) -> xgr.GrammarCompiler:
-        with self._compiler_lock:
-            if self._compiler is None:
+    def _build(self) -> None:
+        if self._builder is None:
+            self._builder = threading.Thread(target=self._build_compiler, name="grammar-compiler", daemon=True)
+            self._builder.start()
+
+    def _build_compiler(self) -> None:
+        try:
+            import xgrammar as xgr
+
+            info = compile_job.tokenizer_info(self.tokenizer, self.vocab_size, self.eos_token_ids)
+            self._info, self._compiler = info, xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        except ImportError as exc:
+            self._build_error = InvalidRequestError(
+                f"this server cannot hold outputs to constraints ({exc}; pip install xgrammar)"
+            )
+
+    def _start_queued(self) -> None:
+        if self._builder is None or self._builder.is_alive():  # compiles fork once the compiler is built
+            return
+        now = time.monotonic()
+        for key in self.queue.start():
+            job = self.jobs[key]
+            job.started_at = now
+            if self._build_error is not None:
+                self.queue.remove(key)
+                job.result = InvalidRequestError(str(self._build_error), param=job.params.field)
+                continue
+            receiver, sender = multiprocessing.get_context("fork").Pipe(duplex=False)
+            job.conn, job.process = receiver, _fork(sender, self._compiler, job.params, self.max_whitespace)
+            sender.close()
+
+    def _finish(self, key: str, job: _Job) -> None:
+        self.queue.remove(key)
+        try:
+            result: compile_job.CompileResult = job.conn.recv()
+        except (EOFError, OSError):  # the process died without a word (killed from outside, out of memory)
+            code = job.process.exitcode
+            job.result = InvalidRequestError(
+                f"{job.params.field}: the grammar's compile failed (its process ended with code {code})",
+                param=job.params.field,
+            )
+        else:
+            self.compile_seconds.append(result.seconds)
+            if result.error is not None:
+                job.result = InvalidRequestError(result.error, param=job.params.field)
+            else:
                 import xgrammar as xgr
 
-                info = tokenizer_info(self.tokenizer, self.vocab_size, self.eos_token_ids)
-                self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-            return self._compiler
+                job.result = xgr.CompiledGrammar.deserialize_json(result.grammar, self._info)
+        _stop(job)
 
-    def _compile_kind(self, params: StructuredOutputsParams) -> xgr.CompiledGrammar:
-        kind, compiler = params.kind, self.compiler
-        if kind in ("json", "json_object"):
-            schema = json.loads(params.json) if kind == "json" else {"type": "object"}
-            check_schema(schema, params.field)
-            return compiler.compile_json_schema(
-                json.dumps(exact_formats(schema)),
-                any_whitespace=not params.disable_any_whitespace,
-                max_whitespace_cnt=self.max_whitespace,
-            )
-        if kind == "regex":
-            check_regex(params.regex, params.field, params.field)
-            return compiler.compile_regex(params.regex)
-        if kind == "choice":
-            return compiler.compile_grammar(choice_grammar(params.choice))
-        if "::=" in params.grammar:  # EBNF (GBNF); otherwise Lark, as vLLM reads either
-            return compiler.compile_grammar(params.grammar)
-        return compiler.compile_lark(params.grammar)
+    def _keep(self, key: str, result: xgr.CompiledGrammar | InvalidRequestError) -> None:
+        self.cache[key] = result
+        while len(self.cache) > CACHED_GRAMMARS:
+            self.cache.popitem(last=False)
 
 
-def choice_grammar(choices: list[str]) -> str:
-    """An EBNF grammar whose only sentences are the choices, exactly."""
-    return "root ::= " + " | ".join(json.dumps(choice, ensure_ascii=False) for choice in choices)
+def _fork(sender: Connection, compiler, params: StructuredOutputsParams, max_whitespace: int) -> BaseProcess:
+    process = multiprocessing.get_context("fork").Process(
+        target=compile_job.run, args=(sender, compiler, params, max_whitespace), name="grammar-compile", daemon=True
+    )
+    with warnings.catch_warnings():
+        # Python 3.12 warns of forking a process with threads: the child runs the compiler alone,
+        # in its one thread, taking no lock another thread of this process could hold.
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        process.start()
+    return process
+
+
+def _stop(job: _Job) -> None:
+    """Ends the job's process, whatever it is doing, and closes its pipe."""
+    if job.process is not None:
+        if job.process.is_alive():
+            job.process.kill()
+        job.process.join()
+        job.process.close()
+        job.process = None
+    if job.conn is not None:
+        job.conn.close()
+        job.conn = None

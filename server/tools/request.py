@@ -52,9 +52,11 @@ def read_tools(tools: Any, tool_choice: Any, parallel_tool_calls: Any) -> ToolUs
     if not isinstance(tools, list) or not tools:
         raise InvalidRequestError("tools must be a non-empty list (leave it out for no tools)", param="tools")
     functions = tuple(_function(tool, i) for i, tool in enumerate(tools))
-    names = [f.name for f in functions]
-    if duplicate := next((n for n in names if names.count(n) > 1), None):
-        raise InvalidRequestError(f"tools name the function {duplicate!r} twice", param="tools")
+    names: set[str] = set()
+    for f in functions:
+        if f.name in names:
+            raise InvalidRequestError(f"tools name the function {f.name!r} twice", param="tools")
+        names.add(f.name)
     if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
         raise InvalidRequestError("parallel_tool_calls must be a boolean", param="parallel_tool_calls")
     mode, name = _choice(tool_choice, names)
@@ -85,7 +87,7 @@ def _function(tool: Any, i: int) -> Function:
     return Function(name, description, parameters)
 
 
-def _choice(choice: Any, names: list[str]) -> tuple[str, str | None]:
+def _choice(choice: Any, names: set[str]) -> tuple[str, str | None]:
     if choice is None:
         return "auto", None
     if isinstance(choice, str):

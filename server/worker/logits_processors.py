@@ -1,7 +1,7 @@
 """The rules that shape a row's distribution before a token is drawn, each written once.
 
-Edits change the logits of any row that asks for them, greedy or not: penalties, and the ban
-of stop tokens under min_tokens, and a grammar's mask (structured/grammar_mask.py). Each says which rows it
+Edits change the logits of any row that asks for them, greedy or not: logit_bias, penalties,
+the ban of stop tokens under min_tokens, and a grammar's mask (structured/grammar_mask.py). Each says which rows it
 wants and edits a float32 copy in place; when none wants a row, greedy rows take their argmax
 on the model's logits untouched (the fast path). Transforms shape only the sampled rows:
 temperature, top-k and top-p on the logits, then min-p on the probabilities.
@@ -32,6 +32,24 @@ class LogitsEdit(Protocol):
     def apply(self, logits: torch.Tensor, rows: list[int], seqs: list[SequenceState]) -> None:
         """Changes `logits` [batch, vocab] (float32) in place, at `rows`."""
         ...
+
+
+class LogitBias:
+    """OpenAI's logit_bias: each named token's logit moved by its bias, before the penalties (as
+    vLLM orders them)."""
+
+    def rows(self, seqs: list[SequenceState]) -> list[int]:
+        return [i for i, s in enumerate(seqs) if s.params.logit_bias]
+
+    def apply(self, logits: torch.Tensor, rows: list[int], seqs: list[SequenceState]) -> None:
+        at, tokens, biases = [], [], []
+        for i in rows:
+            bias = seqs[i].params.logit_bias
+            at += [i] * len(bias)
+            tokens += bias.keys()
+            biases += bias.values()
+        index = (row_values(at, logits.device, torch.long), row_values(tokens, logits.device, torch.long))
+        logits.index_put_(index, row_values(biases, logits.device, logits.dtype), accumulate=True)
 
 
 class Penalties:

@@ -23,6 +23,7 @@ from argosy.kernels import cpu_kernels
 from argosy.server.executor.plan import TokenLogprobs
 from argosy.server.structured.grammar_mask import GrammarMask
 from argosy.server.worker.logits_processors import (
+    LogitBias,
     LogitsEdit,
     LogitsTransform,
     MinTokens,
@@ -47,7 +48,7 @@ class SamplerOutput:
 
 class Sampler:
     def __init__(self, eos_token_ids: tuple[int, ...]):
-        self.edits: list[LogitsEdit] = [Penalties(), MinTokens(eos_token_ids), GrammarMask()]
+        self.edits: list[LogitsEdit] = [LogitBias(), Penalties(), MinTokens(eos_token_ids), GrammarMask()]
         self.logits_transforms: list[LogitsTransform] = [temperature, top_k_top_p]
         self.probs_transforms: list[LogitsTransform] = [min_p]
 

@@ -107,7 +107,12 @@ def test_a_root_path_names_the_prefix_a_proxy_strips(llama_checkpoint):
 
 def test_cors_answers_allowed_origins_only(llama_checkpoint):
     preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
-    with run_server(llama_checkpoint, api_key="k") as srv:  # any origin by default, as vLLM
+    with run_server(llama_checkpoint, api_key="k") as srv:  # no origin by default (vLLM allows any)
+        refused = httpx.options(f"{srv.url}/v1/completions", headers={"Origin": "http://a.example", **preflight})
+        assert "access-control-allow-origin" not in refused.headers
+        simple = httpx.get(f"{srv.url}/health", headers={"Origin": "http://a.example"})
+        assert simple.status_code == 200 and "access-control-allow-origin" not in simple.headers
+    with run_server(llama_checkpoint, api_key="k", allowed_origins=["*"]) as srv:
         allowed = httpx.options(f"{srv.url}/v1/completions", headers={"Origin": "http://a.example", **preflight})
         assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == "*"
     with run_server(llama_checkpoint, allowed_origins=['["http://a.example"]']) as srv:

@@ -166,6 +166,21 @@ def test_a_user_back_from_idle_starts_level_and_banks_no_credit():
     assert shares.served("a") >= shares.served("b") - 1000  # lifted to b's level, not left far behind
 
 
+def test_fair_shares_remember_a_bounded_number_of_idle_users_and_a_forgotten_one_starts_level():
+    sim = Simulation("fair", max_num_seqs=2, num_blocks=256)
+    shares = sim.scheduler.waiting.shares
+    shares.max_idle_users = 3
+    sim.add("steady-0", 8, 400, user="steady")
+    for i in range(40):  # one-off users, each done before the next comes
+        sim.add(f"once-{i}", 8, 2, user=f"user-{i}")
+        while f"once-{i}" not in sim.finished_at:
+            sim.step()
+        assert shares.num_users <= 1 + 1 + 3  # steady, the one in flight, the three last idle
+    assert shares.served("user-0") == 0.0  # forgotten
+    sim.add("back", 8, 2, user="user-0")  # starts level with the least-served active user
+    assert shares.served("user-0") == shares.served("steady")
+
+
 @pytest.mark.parametrize("policy", ["fcfs", "priority", "fair"])
 def test_random_traffic_keeps_the_budgets_and_returns_every_block(policy):
     rng = random.Random(policy)

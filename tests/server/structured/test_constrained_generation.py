@@ -16,10 +16,12 @@ import pytest
 from argosy import SamplingParams
 from argosy.server.engine.llm_engine import LLMEngine
 from argosy.server.engine_config import EngineConfig
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import InvalidRequestError, TooManyRequestsError
 from argosy.server.sampling_params import RequestOutputKind
+from argosy.server.structured.grammar_compiler import PER_CLIENT_PENDING, PER_CLIENT_RUNNING
 from argosy.server.structured.params import StructuredOutputsParams
 from tests.checkpoints import tiny_llm
+from tests.processes import alive
 from tests.server.structured.schema_corpus import SCHEMAS, SLOW_SCHEMA
 
 PROMPT = "Answer in JSON:"
@@ -122,15 +124,36 @@ def test_a_slow_grammar_holds_back_no_other_request(llama_checkpoint):
     engine.add_request("slow", PROMPT, constrained(json=SLOW_SCHEMA))
     delta = RequestOutputKind.DELTA
     engine.add_request("plain", PROMPT, SamplingParams(max_tokens=8, ignore_eos=True, output_kind=delta))
-    slow_compile = engine.core.grammars.compiles[StructuredOutputsParams(json=SLOW_SCHEMA).key]
+    slow_compile = engine.core.grammars.jobs[StructuredOutputsParams(json=SLOW_SCHEMA).key]
     tokens_while_compiling = 0
     while "plain" in engine.requests:
         outputs = engine.step()
-        if not slow_compile.done():
+        if slow_compile.result is None:
             tokens_while_compiling += sum(len(o.outputs[0].token_ids) for o in outputs if o.request_id == "plain")
-    assert not slow_compile.done(), "the slow grammar compiled before the other request ended: make it slower"
+    assert slow_compile.result is None, "the slow grammar compiled before the other request ended: make it slower"
     assert tokens_while_compiling == 8
     engine.abort("slow")
+
+
+def test_one_clients_heavy_grammars_hold_back_no_other_clients_and_stop_when_their_requests_go(llama_checkpoint):
+    engine = LLMEngine(EngineConfig(model=str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20))
+    grammars = engine.core.grammars
+    heavy = [{**SLOW_SCHEMA, "title": f"heavy {i}"} for i in range(PER_CLIENT_PENDING)]
+    for i, schema in enumerate(heavy):
+        engine.add_request(f"heavy-{i}", PROMPT, constrained(json=schema), user="attacker")
+    with pytest.raises(TooManyRequestsError) as refused:  # its share queued: the next is a 429
+        engine.add_request("one-more", PROMPT, constrained(json={**SLOW_SCHEMA, "title": "more"}), user="attacker")
+    assert refused.value.status == 429 and refused.value.param == "structured_outputs"
+    engine.add_request("light", PROMPT, constrained(max_tokens=4, regex="[ab]{4}"), user="victim")
+    while "light" in engine.requests:
+        engine.step()
+    jobs = [grammars.jobs[StructuredOutputsParams(json=schema).key] for schema in heavy]
+    assert all(job.result is None for job in jobs), "a heavy grammar compiled first: make them heavier"
+    running = [job.process.pid for job in jobs if job.process is not None]
+    assert len(running) == PER_CLIENT_RUNNING  # the attacker's share; the rest wait their turn
+    for i in range(len(heavy)):
+        engine.abort(f"heavy-{i}")
+    assert grammars.jobs == {} and not any(alive(pid) for pid in running)  # stopped, not left to burn the CPU
 
 
 def test_a_grammar_past_its_time_limit_fails_its_request_alone(llama_checkpoint):
