@@ -14,8 +14,6 @@ import logging
 import time
 from dataclasses import replace
 
-import msgspec
-
 from argosy.server.api.core_client import CoreClient
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.progress_watchdog import PING, Hang, ProgressWatchdog
@@ -146,11 +144,7 @@ class EngineClient:
             raise EngineOverloadedError(f"{self.max_waiting_requests} requests are already waiting")
         if in_flight := [r.request_id for r in requests if r.request_id in self._streams]:
             raise ValueError(f"request id {in_flight[0]!r} is already in flight")
-        # Encoded before anything is counted: a request that cannot cross to the core leaves no trace.
-        try:
-            frames = [protocol.encode(r.core) for r in requests]
-        except (OverflowError, msgspec.EncodeError) as exc:
-            raise EngineFailedError(f"the request cannot be sent to the engine core: {exc}") from exc
+        frames = [protocol.encode_command(r.core) for r in requests]  # before anything is counted
         wake = asyncio.Event()
         return [self._submit(request, frame, wake) for request, frame in zip(requests, frames)]
 
@@ -199,8 +193,9 @@ class EngineClient:
         InvalidRequestError when the command was at fault, EngineFailedError when the engine was."""
         if self.dead is not None:
             raise EngineDeadError(self.dead)
+        frame = protocol.encode_command(command)
         self._control = asyncio.get_running_loop().create_future()
-        self.core.send(command)
+        self.core.send_encoded(frame)
         self.watchdog.sent_control(time.monotonic())
         try:
             done = await self._control

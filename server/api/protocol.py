@@ -173,4 +173,6 @@ class ChatCompletionRequest(SamplingFields):
         except InvalidRequestError as exc:  # name the field the client actually sent
             if given and exc.param == "max_tokens":
                 exc.param = "max_completion_tokens"
+            elif exc.param == "logprobs":
+                exc.param = "top_logprobs"
             raise

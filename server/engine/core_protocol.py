@@ -157,5 +157,19 @@ class CoreFailed(msgspec.Struct, array_like=True, tag=True):
 CoreMessage = EngineCoreOutputs | ControlDone | CoreReady | CoreFailed
 
 encode = msgspec.msgpack.Encoder().encode
+
+
+def encode_command(command: CoreCommand) -> bytes:
+    """A command from a client's request, encoded: text that is not Unicode (a lone surrogate,
+    which JSON's escapes allow) is the request's fault, a 400; anything else that cannot cross is
+    a bug, a 500. Nothing is sent either way."""
+    try:
+        return encode(command)
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(f"the request holds text that is not valid Unicode ({exc.reason})") from exc
+    except (OverflowError, msgspec.EncodeError) as exc:
+        raise EngineFailedError(f"the request cannot be sent to the engine core: {exc}") from exc
+
+
 decode_command = msgspec.msgpack.Decoder(CoreCommand).decode
 decode_message = msgspec.msgpack.Decoder(CoreMessage).decode

@@ -88,7 +88,13 @@ def read_adapter_folder(path: str | Path, model: ModelConfig, max_rank: int) -> 
     """The folder at `path` checked against the base `model`, and its weights file's bytes (what
     the digest is of). Everything the weights' header says is checked before the rest is read:
     the file's size is then bounded by the base model's."""
-    folder = Path(path)
+    try:
+        return _read_adapter_folder(Path(path), model, max_rank)
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise AdapterError(path, f"unreadable ({exc.strerror or exc})") from exc
+
+
+def _read_adapter_folder(folder: Path, model: ModelConfig, max_rank: int) -> tuple[AdapterFolder, bytes]:
     config = _read_config(folder)
     rank, alpha = config.get("r"), config.get("lora_alpha")
     if not isinstance(rank, int) or rank < 1:

@@ -22,17 +22,27 @@ INDEX_FILE = "model.safetensors.index.json"
 def find_shards(folder: str | Path) -> list[Path]:
     """The checkpoint's shard files: those the index names, or every *.safetensors file."""
     folder = Path(folder)
+    try:
+        return _find_shards(folder)
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise CheckpointError(folder, f"unreadable ({exc.strerror or exc})") from exc
+
+
+def _find_shards(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise CheckpointNotFoundError(folder, "checkpoint folder not found")
     index = folder / INDEX_FILE
     if index.exists():
         try:
             weight_map = json.loads(read_regular(index))["weight_map"]
+            names = sorted(set(weight_map.values()))
         except OSError as exc:
             raise CheckpointError(index, f"unreadable ({exc.strerror or exc})") from exc
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise CheckpointError(index, f"not a valid safetensors index ({exc})") from exc
-        shards = [folder / name for name in sorted(set(weight_map.values()))]
+        if bad := next((n for n in names if not isinstance(n, str) or Path(n).name != n or n in ("", ".", "..")), None):
+            raise CheckpointError(index, f"a shard must be a file of the folder, got {bad!r}")
+        shards = [folder / name for name in names]
         for shard in shards:
             if not shard.is_file():
                 raise CheckpointError(shard, f"shard listed in {INDEX_FILE} not found")

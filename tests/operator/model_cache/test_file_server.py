@@ -1,7 +1,7 @@
 """The agent's file server against hostile and careless clients, over real sockets: it serves only
 regular files under its root that do not lead into its own folders, answers every malformed
 request with a 4xx, and neither slow nor half-sent requests nor a flood of connections can hold
-its threads."""
+its threads; a fuzzing harness (methods, paths, ranges) finds no 5xx and no hold."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import socket
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from argosy.operator.model_cache.agent.file_server import FileServer
 
@@ -139,3 +142,27 @@ def test_a_request_trickled_a_byte_at_a_time_is_cut_off_all_the_same(server):
         answer += chunk
     assert answer.startswith(b"HTTP/1.0 408") and time.monotonic() - started < TIMEOUT + 2
     sock.close()
+
+
+path_pieces = st.sampled_from(
+    ["ns", "model", "config.json", "..", ".", "", ".staging", "%00", "%2e%2e", "%2f", "a" * 300, "\u00e9", "%ff", "~"]
+) | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FFF, exclude_characters="\r\n"), max_size=12)
+methods = st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "CONNECT", "BREW"]) | st.text(
+    alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12
+)
+ranges = (
+    st.none()
+    | st.builds("bytes={}-".format, st.integers(min_value=-5, max_value=2**70))
+    | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40)
+)
+
+
+@seed(20261204)
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(method=methods, pieces=st.lists(path_pieces, max_size=6), range_=ranges)
+def test_no_request_gets_a_5xx_or_holds_a_thread(server, method, pieces, range_):
+    path = "/".join(quote(piece, safe="%/~.") for piece in pieces)
+    head = f"{method} /{path} HTTP/1.0\r\n" + (f"Range: {range_}\r\n" if range_ is not None else "") + "\r\n"
+    answer = raw(server, head.encode())
+    assert answer.startswith(b"HTTP/1.0 ") and answer[9:10] in (b"2", b"4"), (head, answer[:80])
+    assert httpx.get(url(server, "ns/model/config.json")).content == b"0123456789"  # and it serves on

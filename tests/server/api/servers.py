@@ -25,6 +25,16 @@ from argosy.server.engine_config import EngineConfig
 from tests.polling import wait_until
 from tests.processes import MODEL, free_port
 
+# A server with every surface a client can change it through turned on (and priorities served),
+# for the tests that attack them.
+EVERY_SURFACE_ON = dict(
+    scheduling_policy="priority",
+    enable_weight_updates=True,
+    enable_sleep_mode=True,
+    enable_lora=True,
+    allow_runtime_lora_updating=True,
+)
+
 
 @dataclass
 class RunningServer:

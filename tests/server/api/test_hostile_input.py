@@ -22,7 +22,7 @@ from argosy import LLM, SamplingParams
 from tests.adapters import make_adapter
 from tests.checkpoints import build_checkpoint
 from tests.processes import MODEL, children
-from tests.server.api.servers import run_server
+from tests.server.api.servers import EVERY_SURFACE_ON, run_server
 from tests.server.structured.schema_corpus import SLOW_SCHEMA
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
@@ -32,15 +32,7 @@ HUGE = 10**30  # a JSON integer, written out in full: no 64-bit field holds it
 
 @pytest.fixture(scope="module")
 def server(llama_checkpoint):
-    with run_server(
-        llama_checkpoint,
-        scheduling_policy="priority",
-        enable_weight_updates=True,
-        enable_sleep_mode=True,
-        enable_lora=True,
-        allow_runtime_lora_updating=True,
-        structured_outputs_compile_timeout=60,
-    ) as running:
+    with run_server(llama_checkpoint, **EVERY_SURFACE_ON, structured_outputs_compile_timeout=60) as running:
         yield running
 
 

@@ -81,6 +81,33 @@ def test_frequency_and_presence_penalties_count_output_tokens_only():
     assert sample([[2.0, 1.0]], seq(prompt=[0, 0, 0], temperature=0, presence_penalty=1.5)).token_ids == [0]
 
 
+def test_logit_bias_is_added_before_the_penalties_as_vllm_orders_them():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 12) * 3
+    bias = {1: 4.0, 4: -3.0, 7: 2.5}
+    rows = [
+        seq(prompt=(4,), outputs=(7, 7), logit_bias=bias, repetition_penalty=1.3, frequency_penalty=0.5),
+        seq(logit_bias={0: -1.0, 11: 0.25}),
+        seq(),
+    ]
+    edited = logits.clone()
+    for edit in Sampler((EOS,)).edits:  # in the sampler's order
+        if chosen := edit.rows(rows):
+            edit.apply(edited, chosen, rows)
+    reference = logits.clone()
+    for token, value in bias.items():
+        reference[0, token] += value
+    for token in (4, 7):  # repetition: over the prompt and the output, on the biased logits
+        value = reference[0, token]
+        reference[0, token] = value / 1.3 if value > 0 else value * 1.3
+    reference[0, 7] -= 0.5 * 2  # frequency: twice in the output
+    reference[1, 0] -= 1.0
+    reference[1, 11] += 0.25
+    torch.testing.assert_close(edited, reference)
+    # Greedy, the bias alone decides: the banned token never wins, the favoured one does.
+    assert sample([[9.0, 1.0, 0.0]], seq(temperature=0, logit_bias={0: -100.0, 2: 5.0})).token_ids == [2]
+
+
 def test_min_tokens_bans_eos_and_stop_tokens_until_reached():
     logits = [[0.0] * 9 + [10.0, 9.0]]  # eos (9) first, stop token 10 second
     assert sample(logits, seq(temperature=0, min_tokens=2, stop_token_ids=[10])).token_ids == [0]
