@@ -27,6 +27,7 @@ import xgrammar as xgr
 from argosy import LLM, SamplingParams, StructuredOutputsParams
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.structured.compile_job import tokenizer_info
 from argosy.server.structured.grammar_compiler import GrammarCompiler
 from argosy.server.structured.grammar_mask import GrammarMask, GrammarState, Vocabulary
 from argosy.server.text.tokenizer import Tokenizer
@@ -85,7 +86,7 @@ def throughput_rows(model: str, args) -> list[tuple[int, float, float]]:
 
 def mask_cost(tokenizer: Tokenizer, compiler: GrammarCompiler, vocab_size: int, batch: int = 64) -> float:
     """Microseconds per sequence per step: fill, apply, advance, for `batch` sequences in step."""
-    grammar = compiler[compiler.submit(StructuredOutputsParams(json=FIFTY))]
+    grammar = compiler.compile_now(StructuredOutputsParams(json=FIFTY))
     document = json.dumps({f"field_{i}": ["some text", 12345, True][i % 3] for i in range(50)})
     token_ids = tokenizer.encode(document, False)
     vocab = Vocabulary(tokenizer.vocab_bytes, vocab_size)
@@ -102,20 +103,21 @@ def mask_cost(tokenizer: Tokenizer, compiler: GrammarCompiler, vocab_size: int, 
 
 
 def compile_times(model: Path, vocab_size: int, eos: list[int]) -> tuple[float, float]:
-    """A 50-property schema's compile (ms) on a fresh compiler, then the cached lookup (us)."""
+    """A 50-property schema's compile (ms) on a fresh compiler, in its forked process and back, then
+    the cached lookup (us)."""
     compiler = GrammarCompiler(model, vocab_size, eos, timeout=60, max_whitespace=16)
-    _ = compiler.compiler  # the vocabulary's tables, built once per server
-    params = StructuredOutputsParams(json=FIFTY)
+    compiler.compile_now(StructuredOutputsParams(regex="a"))  # the vocabulary's tables, built once per server
     start = time.perf_counter()
-    compiler[compiler.submit(params)]
+    compiler.compile_now(StructuredOutputsParams(json=FIFTY))
     cold = time.perf_counter() - start
     start = time.perf_counter()
-    compiler[compiler.submit(StructuredOutputsParams(json=FIFTY))]
+    compiler.compile_now(StructuredOutputsParams(json=FIFTY))
     cached = time.perf_counter() - start
     return cold * 1e3, cached * 1e6
 
 
-def library_rows(model, tokenizer: Tokenizer, compiler: GrammarCompiler) -> list[tuple] | None:
+def library_rows(model, tokenizer: Tokenizer, vocab_size: int, eos: list[int]) -> list[tuple] | None:
+    """Each library's compile and step, both in this process, on the same vocabulary."""
     try:
         import llguidance
         import llguidance.torch as llg_torch
@@ -127,9 +129,9 @@ def library_rows(model, tokenizer: Tokenizer, compiler: GrammarCompiler) -> list
         "50 properties": (FIFTY, {f"field_{i}": ["some text", 12345, True][i % 3] for i in range(50)}),
         "40 x 10 patterns": (NESTED_PATTERNS, {f"q{i}": {f"r{j}": "abcdef" for j in range(10)} for i in range(40)}),
     }
+    inner = xgr.GrammarCompiler(tokenizer_info(tokenizer, vocab_size, eos), max_threads=1, cache_enabled=False)
     for name, (schema, document) in documents.items():
         token_ids = tokenizer.encode(json.dumps(document), False)
-        inner = compiler.compiler
         start = time.perf_counter()
         grammar = inner.compile_json_schema(json.dumps(schema))
         xgr_compile = time.perf_counter() - start
@@ -183,7 +185,7 @@ def main() -> None:
     print(f"| 50-property schema compile, cold | {cold:.1f} ms |")
     print(f"| 50-property schema compile, cached | {cached:.0f} us |")
 
-    libraries = library_rows(model, tokenizer, compiler)
+    libraries = library_rows(model, tokenizer, config.vocab_size, eos)
     if libraries is None:
         print("\n(llguidance is not installed: no library comparison)")
         return

@@ -147,6 +147,18 @@ class GrammarCompiler:
         elif self._builder is not None and self._builder.is_alive():
             self._builder.join(timeout)
 
+    def compile_now(self, params: StructuredOutputsParams) -> xgr.CompiledGrammar:
+        """The grammar of `params`, waited for here as the engine core waits for it step by step
+        (for benchmarks and tests, never the step loop); raises as ready() does."""
+        self.submit(params, None)
+        try:
+            while not self.ready(params):
+                self.wait_any(0.1)
+                self.poll(time.monotonic())
+            return self[params.key]
+        finally:
+            self.release(params)
+
     def __getitem__(self, key: str) -> xgr.CompiledGrammar:
         job = self.jobs.get(key)
         return job.result if job is not None and job.result is not None else self.cache[key]

@@ -73,9 +73,9 @@ def test_values_past_what_the_engine_carries_are_400s_that_leave_nothing_behind(
     assert_left_nothing(server)
 
 
-def test_twenty_thousand_tools_neither_block_the_loop_nor_take_long(server):
-    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(20_000)]
-    tools.append(tools[0])  # a duplicate at the end: the whole list is read before the 400
+def test_sixty_thousand_tools_neither_block_the_loop_nor_take_long(server):
+    tools = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(60_000)]  # 2.9 MB
+    tools.append(tools[-1])  # the last one twice: every name is checked before the 400
     answer: list[httpx.Response] = []
     sender = threading.Thread(
         target=lambda: answer.append(
@@ -91,15 +91,19 @@ def test_twenty_thousand_tools_neither_block_the_loop_nor_take_long(server):
         time.sleep(0.05)
     sender.join()
     assert answer[0].status_code == 400 and "twice" in answer[0].json()["error"]["message"]
-    assert slowest < 5, f"/health took {slowest:.1f} s while the tools were read"  # 35 s when the loop blocked
+    assert slowest < 5, f"/health took {slowest:.1f} s while the tools were read"  # 38 s when the loop blocked
     assert_left_nothing(server)
 
 
-def compiles_of(server) -> list[int]:
-    """The grammar compiles running: the engine core's forked children."""
+def core_cpu_seconds(server) -> float:
+    """CPU time the engine core's process and its live children have used so far."""
     core = server.engine.core.pid
-    command = Path(f"/proc/{core}/cmdline").read_bytes()
-    return [pid for pid in children(core) if Path(f"/proc/{pid}/cmdline").read_bytes() == command]
+    total = 0
+    for pid in [core, *children(core)]:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def test_another_clients_heavy_grammars_starve_no_one_and_stop_when_their_clients_go(server):
@@ -109,26 +113,22 @@ def test_another_clients_heavy_grammars_starve_no_one_and_stop_when_their_client
         with contextlib.suppress(httpx.TimeoutException):  # the client gives up and goes: so must its compile
             httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=6)
 
-    started = time.monotonic()
     attackers = [threading.Thread(target=heavy, args=(i,)) for i in range(4)]
     for thread in attackers:
         thread.start()
-    deadline = time.monotonic() + 30
-    while len(compiles_of(server)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(compiles_of(server)) >= 2, "the heavy grammars never started compiling"
+    time.sleep(1)  # their compiles under way
     # Another client (another address): its trivial grammar compiles beside them, not after.
     other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
     body = {**CHAT, "max_tokens": 4, "structured_outputs": {"regex": "[ab]{4}"}}
     answer = other.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
     assert answer.status_code == 200, answer.text
-    assert any(t.is_alive() for t in attackers), "the heavy grammars ended first: make them heavier"
+    assert all(t.is_alive() for t in attackers), "the trivial grammar waited for the heavy ones"
     for thread in attackers:
         thread.join()
-    while compiles_of(server) and time.monotonic() - started < 40:
-        time.sleep(0.1)
-    assert compiles_of(server) == [], "compiles went on after their clients left"
-    assert time.monotonic() - started < 40  # well before the 60 s limit would have stopped them
+    time.sleep(1)  # the disconnects seen, the compiles stopped
+    before = core_cpu_seconds(server)
+    time.sleep(2)
+    assert core_cpu_seconds(server) - before < 0.5, "compiles burn on after their clients left"
     assert_left_nothing(server)
 
 

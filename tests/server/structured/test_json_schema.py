@@ -5,7 +5,6 @@ refused, naming it and where it is."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
@@ -106,16 +105,7 @@ def compiler(llama_checkpoint) -> GrammarCompiler:
 
 
 def compiled(compiler: GrammarCompiler, **constraint) -> xgr.CompiledGrammar:
-    """The grammar of `constraint`, waited for as the engine core waits for it."""
-    params = StructuredOutputsParams(**constraint)
-    compiler.submit(params, "test")
-    try:
-        while not compiler.ready(params):
-            compiler.wait_any(0.1)
-            compiler.poll(time.monotonic())
-        return compiler[params.key]
-    finally:
-        compiler.release(params)
+    return compiler.compile_now(StructuredOutputsParams(**constraint))
 
 
 def generable(grammar: xgr.CompiledGrammar, text: str) -> bool:
