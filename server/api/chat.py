@@ -28,23 +28,25 @@ async def create_chat_completion(
 ) -> Response:
     tokenizer, chat_format = client.tokenizer, state.chat_format
 
-    def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], None]:
+    def build(
+        request_id: str, params: SamplingParams, lora: AdapterRef | None
+    ) -> tuple[list[NewRequest], ToolParser | None]:
+        tools = body.tool_use  # read with the sampling parameters, off the event loop
+        parser = chat_format.parser(tools)  # a format the model cannot use is refused first
         try:
-            prompt = chat_format.prompt(
-                tokenizer, body.messages, body.add_generation_prompt is not False, body.tool_use
-            )
+            prompt = chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt is not False, tools)
             request = client.make_request(
                 engine_request_id(request_id), prompt, params, False, lora, body.priority, body.user, peer(http)
             )
-            return [request], None
+            return [request], parser
         except InvalidRequestError as exc:  # name what a chat call has: messages, top_logprobs
             exc.param = {"prompt": "messages", "logprobs": "top_logprobs"}.get(exc.param, exc.param)
             raise
 
-    def reply(gen: Generation, params: SamplingParams, _: None) -> ChatReply:
-        tools = body.tool_use  # read with the sampling parameters, off the event loop
+    def reply(gen: Generation, params: SamplingParams, parser: ToolParser | None) -> ChatReply:
+        tools = body.tool_use
         calls_finish = tools is not None and tools.mode in ("auto", "required")
-        return ChatReply(body, gen, params, body.model, tokenizer, chat_format.parser(tools), calls_finish)
+        return ChatReply(body, gen, params, body.model, tokenizer, parser, calls_finish)
 
     return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply)
 

@@ -23,7 +23,7 @@ from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.engine.step_planner import StepPlanner
 from argosy.server.engine.stop_conditions import finish_reason
 from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.executor.executor import Executor, make_executor
 from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
 from argosy.server.kv_tier.host_pool import HostBlockPool
@@ -251,9 +251,10 @@ class EngineCore:
             params = request.params.structured_outputs
             try:
                 ready = self.grammars.ready(params)
-            except InvalidRequestError as exc:
+            except (InvalidRequestError, EngineFailedError) as exc:
                 self.abort(request.request_id)
-                self._failed.append(RequestFailed.of(request.request_id, exc))
+                failure = RequestFailed.of(request.request_id, exc) if isinstance(exc, InvalidRequestError) else None
+                self._failed.append(failure or RequestFailed(request.request_id, str(exc)))
                 continue
             if ready:
                 request.waiting_for_grammar = False

@@ -19,13 +19,15 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.structured import compile_job
 from argosy.server.structured.compile_queue import CompileQueue
 from argosy.server.structured.params import StructuredOutputsParams
@@ -47,7 +49,8 @@ class _Job:
     started_at: float | None = None
     process: BaseProcess | None = None
     conn: Connection | None = None
-    result: xgr.CompiledGrammar | InvalidRequestError | None = None
+    receiving: Future | None = None  # the grammar read back and deserialized, in a thread
+    result: xgr.CompiledGrammar | InvalidRequestError | EngineFailedError | None = None
 
 
 class GrammarCompiler:
@@ -64,7 +67,7 @@ class GrammarCompiler:
         self.timeout, self.max_whitespace = timeout, max_whitespace
         self.queue = CompileQueue(max_running, PER_CLIENT_RUNNING, PER_CLIENT_PENDING)
         self.jobs: dict[str, _Job] = {}  # the constraints requests wait for, by key
-        self.cache: OrderedDict[str, xgr.CompiledGrammar | InvalidRequestError] = OrderedDict()
+        self.cache: OrderedDict[str, xgr.CompiledGrammar | Exception] = OrderedDict()
         self.compile_seconds: list[float] = []  # of each compile finished since the last take
         # The compiler is built by a thread at the first constraint (an engine that is never asked
         # for one spends nothing on it); compiles are forked from this process once it is.
@@ -72,6 +75,8 @@ class GrammarCompiler:
         self._compiler: xgr.GrammarCompiler | None = None
         self._info: xgr.TokenizerInfo | None = None
         self._build_error: InvalidRequestError | None = None
+        self._receiver = ThreadPoolExecutor(1, thread_name_prefix="grammar-receive")
+        self._receiving_lock = threading.Lock()
 
     @functools.cached_property
     def tokenizer(self) -> Tokenizer:
@@ -116,9 +121,9 @@ class GrammarCompiler:
 
     def ready(self, params: StructuredOutputsParams) -> bool:
         """Whether the grammar of `params` is compiled; raises InvalidRequestError when its compile
-        failed or ran past the limit."""
+        failed or ran past the limit, EngineFailedError when the server could not take its result."""
         result = self.jobs[params.key].result
-        if isinstance(result, InvalidRequestError):
+        if isinstance(result, Exception):
             raise result
         return result is not None
 
@@ -127,8 +132,12 @@ class GrammarCompiler:
         for key, job in list(self.jobs.items()):
             if job.process is None or job.result is not None:
                 continue
-            if job.conn.poll() or not job.process.is_alive():
-                self._finish(key, job)
+            if job.receiving is not None:
+                if job.receiving.done():
+                    self._finish(key, job)
+            elif job.conn.poll() or not job.process.is_alive():
+                # Deserializing a grammar takes tens of milliseconds: the step loop goes on meanwhile.
+                job.receiving = self._receiver.submit(self._receive, job)
             elif now - job.started_at > self.timeout:
                 _stop(job)
                 self.queue.remove(key)
@@ -141,8 +150,11 @@ class GrammarCompiler:
 
     def wait_any(self, timeout: float) -> None:
         """Blocks until a compile finishes, or `timeout` seconds pass."""
-        conns = [job.conn for job in self.jobs.values() if job.conn is not None and job.result is None]
-        if conns:
+        receiving = [job.receiving for job in self.jobs.values() if job.receiving is not None and job.result is None]
+        conns = [job.conn for job in self.jobs.values() if job.conn is not None and job.receiving is None]
+        if receiving:
+            futures.wait(receiving, timeout, return_when=futures.FIRST_COMPLETED)
+        elif conns:
             wait(conns, timeout)
         elif self._builder is not None and self._builder.is_alive():
             self._builder.join(timeout)
@@ -190,7 +202,16 @@ class GrammarCompiler:
     def _start_queued(self) -> None:
         if self._builder is None or self._builder.is_alive():  # compiles fork once the compiler is built
             return
-        now = time.monotonic()
+        # Never fork while the receiving thread is inside the grammar library, whose locks the child
+        # would inherit held: the queued compiles start at a later poll.
+        if not self._receiving_lock.acquire(blocking=False):
+            return
+        try:
+            self._start(time.monotonic())
+        finally:
+            self._receiving_lock.release()
+
+    def _start(self, now: float) -> None:
         for key in self.queue.start():
             job = self.jobs[key]
             job.started_at = now
@@ -202,27 +223,34 @@ class GrammarCompiler:
             job.conn, job.process = receiver, _fork(sender, self._compiler, job.params, self.max_whitespace)
             sender.close()
 
-    def _finish(self, key: str, job: _Job) -> None:
-        self.queue.remove(key)
-        try:
-            result: compile_job.CompileResult = job.conn.recv()
-        except (EOFError, OSError):  # the process died without a word (killed from outside, out of memory)
-            code = job.process.exitcode
-            job.result = InvalidRequestError(
-                f"{job.params.field}: the grammar's compile failed (its process ended with code {code})",
-                param=job.params.field,
-            )
-        else:
+    def _receive(self, job: _Job) -> xgr.CompiledGrammar | InvalidRequestError | EngineFailedError:
+        """The job's result, read from its pipe and deserialized (in the receiving thread)."""
+        with self._receiving_lock:
+            try:
+                result: compile_job.CompileResult = job.conn.recv()
+            except (EOFError, OSError):  # the process died without a word (killed from outside, out of memory)
+                job.process.join()
+                return InvalidRequestError(
+                    f"{job.params.field}: the grammar's compile failed (its process ended with code "
+                    f"{job.process.exitcode})",
+                    param=job.params.field,
+                )
             self.compile_seconds.append(result.seconds)
             if result.error is not None:
-                job.result = InvalidRequestError(result.error, param=job.params.field)
-            else:
-                import xgrammar as xgr
+                return InvalidRequestError(result.error, param=job.params.field)
+            import xgrammar as xgr
 
-                job.result = xgr.CompiledGrammar.deserialize_json(result.grammar, self._info)
+            try:
+                return xgr.CompiledGrammar.deserialize_json(result.grammar, self._info)
+            except Exception as exc:  # a fault of this server's, which fails the requests waiting for it alone
+                return EngineFailedError(f"the compiled grammar could not be read back: {type(exc).__name__}: {exc}")
+
+    def _finish(self, key: str, job: _Job) -> None:
+        self.queue.remove(key)
+        job.result = job.receiving.result()
         _stop(job)
 
-    def _keep(self, key: str, result: xgr.CompiledGrammar | InvalidRequestError) -> None:
+    def _keep(self, key: str, result: xgr.CompiledGrammar | Exception) -> None:
         self.cache[key] = result
         while len(self.cache) > CACHED_GRAMMARS:
             self.cache.popitem(last=False)
@@ -241,7 +269,11 @@ def _fork(sender: Connection, compiler, params: StructuredOutputsParams, max_whi
 
 
 def _stop(job: _Job) -> None:
-    """Ends the job's process, whatever it is doing, and closes its pipe."""
+    """Ends the job's process, whatever it is doing, and closes its pipe (once its result is read
+    back, if that has begun)."""
+    if job.receiving is not None:
+        futures.wait([job.receiving])
+        job.receiving = None
     if job.process is not None:
         if job.process.is_alive():
             job.process.kill()
