@@ -1,6 +1,9 @@
 """GrammarCompiler: constraints compiled into token-level grammars (xgrammar), off the step loop,
-each in a process of its own (compile_job.py), stopped as soon as no request waits for it any
-more, or once it runs past the time limit. Requests with the same constraint share one compile,
+each first in a process of its own (compile_job.py), stopped as soon as no request waits for it
+any more, or once it runs past the time limit; one that compiled there is compiled again in a
+thread of this process (the grammar costs more to send back than to compile). The forked
+compiles use a compiler this process never runs, so that no lock of the library can be held when
+it forks. Requests with the same constraint share one compile,
 and its grammar (or its failure) stays cached for those that come later. Which compiles run is
 the CompileQueue's: the clients take turns, each with a bounded share (more pending is a 429), so
 a request waits for its compile to start no longer than the compiles ahead of it in its turn take,
@@ -67,16 +70,16 @@ class GrammarCompiler:
         self.timeout, self.max_whitespace = timeout, max_whitespace
         self.queue = CompileQueue(max_running, PER_CLIENT_RUNNING, PER_CLIENT_PENDING)
         self.jobs: dict[str, _Job] = {}  # the constraints requests wait for, by key
+        self.orphans: dict[str, _Job] = {}  # compiles here that no request waits for any more
         self.cache: OrderedDict[str, xgr.CompiledGrammar | Exception] = OrderedDict()
         self.compile_seconds: list[float] = []  # of each compile finished since the last take
         # The compiler is built by a thread at the first constraint (an engine that is never asked
         # for one spends nothing on it); compiles are forked from this process once it is.
         self._builder: threading.Thread | None = None
-        self._compiler: xgr.GrammarCompiler | None = None
-        self._info: xgr.TokenizerInfo | None = None
+        self._forked: xgr.GrammarCompiler | None = None  # run only by forked children
+        self._compiler: xgr.GrammarCompiler | None = None  # run by the threads here
         self._build_error: InvalidRequestError | None = None
-        self._receiver = ThreadPoolExecutor(1, thread_name_prefix="grammar-receive")
-        self._receiving_lock = threading.Lock()
+        self._receiver = ThreadPoolExecutor(max_running, thread_name_prefix="grammar-compile")
 
     @functools.cached_property
     def tokenizer(self) -> Tokenizer:
@@ -92,6 +95,9 @@ class GrammarCompiler:
         key = params.key
         if (job := self.jobs.get(key)) is not None:
             job.waiters += 1
+            return
+        if (job := self.orphans.pop(key, None)) is not None:  # its compile here goes on for this request
+            job.waiters, self.jobs[key] = 1, job
             return
         if (cached := self.cache.pop(key, None)) is not None:  # held by the job while requests wait
             self.jobs[key] = _Job(params, 1, result=cached)
@@ -114,6 +120,8 @@ class GrammarCompiler:
         del self.jobs[key]
         if job.result is not None:
             self._keep(key, job.result)
+        elif job.receiving is not None:  # it compiled in its process and compiles here now: kept once done
+            self.orphans[key] = job
         else:
             self.queue.remove(key)
             _stop(job)
@@ -129,6 +137,11 @@ class GrammarCompiler:
 
     def poll(self, now: float) -> None:
         """Takes the finished compiles' results, stops those past the limit, starts queued ones."""
+        for key, job in list(self.orphans.items()):
+            if job.receiving.done():
+                del self.orphans[key]
+                self._finish(key, job)
+                self._keep(key, job.result)
         for key, job in list(self.jobs.items()):
             if job.process is None or job.result is not None:
                 continue
@@ -136,8 +149,7 @@ class GrammarCompiler:
                 if job.receiving.done():
                     self._finish(key, job)
             elif job.conn.poll() or not job.process.is_alive():
-                # Deserializing a grammar takes tens of milliseconds: the step loop goes on meanwhile.
-                job.receiving = self._receiver.submit(self._receive, job)
+                job.receiving = self._receiver.submit(self._receive, job)  # the step loop goes on meanwhile
             elif now - job.started_at > self.timeout:
                 _stop(job)
                 self.queue.remove(key)
@@ -179,10 +191,6 @@ class GrammarCompiler:
         seconds, self.compile_seconds = self.compile_seconds, []
         return seconds
 
-    def close(self) -> None:
-        for job in self.jobs.values():
-            _stop(job)
-
     def _build(self) -> None:
         if self._builder is None:
             self._builder = threading.Thread(target=self._build_compiler, name="grammar-compiler", daemon=True)
@@ -192,8 +200,12 @@ class GrammarCompiler:
         try:
             import xgrammar as xgr
 
-            info = compile_job.tokenizer_info(self.tokenizer, self.vocab_size, self.eos_token_ids)
-            self._info, self._compiler = info, xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+            vocabulary = self.tokenizer, self.vocab_size, self.eos_token_ids
+            compilers = [
+                xgr.GrammarCompiler(compile_job.tokenizer_info(*vocabulary), max_threads=1, cache_enabled=False)
+                for _ in range(2)  # each with its own vocabulary tables: nothing of the one forked is ever run here
+            ]
+            self._forked, self._compiler = compilers
         except ImportError as exc:
             self._build_error = InvalidRequestError(
                 f"this server cannot hold outputs to constraints ({exc}; pip install xgrammar)"
@@ -202,16 +214,7 @@ class GrammarCompiler:
     def _start_queued(self) -> None:
         if self._builder is None or self._builder.is_alive():  # compiles fork once the compiler is built
             return
-        # Never fork while the receiving thread is inside the grammar library, whose locks the child
-        # would inherit held: the queued compiles start at a later poll.
-        if not self._receiving_lock.acquire(blocking=False):
-            return
-        try:
-            self._start(time.monotonic())
-        finally:
-            self._receiving_lock.release()
-
-    def _start(self, now: float) -> None:
+        now = time.monotonic()
         for key in self.queue.start():
             job = self.jobs[key]
             job.started_at = now
@@ -220,30 +223,28 @@ class GrammarCompiler:
                 job.result = InvalidRequestError(str(self._build_error), param=job.params.field)
                 continue
             receiver, sender = multiprocessing.get_context("fork").Pipe(duplex=False)
-            job.conn, job.process = receiver, _fork(sender, self._compiler, job.params, self.max_whitespace)
+            job.conn, job.process = receiver, _fork(sender, self._forked, job.params, self.max_whitespace)
             sender.close()
 
     def _receive(self, job: _Job) -> xgr.CompiledGrammar | InvalidRequestError | EngineFailedError:
-        """The job's result, read from its pipe and deserialized (in the receiving thread)."""
-        with self._receiving_lock:
-            try:
-                result: compile_job.CompileResult = job.conn.recv()
-            except (EOFError, OSError):  # the process died without a word (killed from outside, out of memory)
-                job.process.join()
-                return InvalidRequestError(
-                    f"{job.params.field}: the grammar's compile failed (its process ended with code "
-                    f"{job.process.exitcode})",
-                    param=job.params.field,
-                )
-            self.compile_seconds.append(result.seconds)
-            if result.error is not None:
-                return InvalidRequestError(result.error, param=job.params.field)
-            import xgrammar as xgr
-
-            try:
-                return xgr.CompiledGrammar.deserialize_json(result.grammar, self._info)
-            except Exception as exc:  # a fault of this server's, which fails the requests waiting for it alone
-                return EngineFailedError(f"the compiled grammar could not be read back: {type(exc).__name__}: {exc}")
+        """The job's result, read from its pipe, and the grammar compiled again here if it compiled
+        there (in a thread: the library lets go of the GIL)."""
+        try:
+            result: compile_job.CompileResult = job.conn.recv()
+        except (EOFError, OSError):  # the process died without a word (killed from outside, out of memory)
+            job.process.join()
+            return InvalidRequestError(
+                f"{job.params.field}: the grammar's compile failed (its process ended with code "
+                f"{job.process.exitcode})",
+                param=job.params.field,
+            )
+        self.compile_seconds.append(result.seconds)
+        if result.error is not None:
+            return InvalidRequestError(result.error, param=job.params.field)
+        try:
+            return compile_job.compile_grammar(self._compiler, job.params, self.max_whitespace)
+        except Exception as exc:  # a fault of this server's, which fails the requests waiting for it alone
+            return EngineFailedError(f"the grammar compiled in its process but not here: {type(exc).__name__}: {exc}")
 
     def _finish(self, key: str, job: _Job) -> None:
         self.queue.remove(key)
@@ -269,11 +270,9 @@ def _fork(sender: Connection, compiler, params: StructuredOutputsParams, max_whi
 
 
 def _stop(job: _Job) -> None:
-    """Ends the job's process, whatever it is doing, and closes its pipe (once its result is read
-    back, if that has begun)."""
-    if job.receiving is not None:
-        futures.wait([job.receiving])
-        job.receiving = None
+    """Ends the job's process, whatever it is doing, and closes its pipe (never while a thread
+    reads from it)."""
+    job.receiving = None
     if job.process is not None:
         if job.process.is_alive():
             job.process.kill()
