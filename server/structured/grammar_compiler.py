@@ -52,7 +52,7 @@ class _Job:
     started_at: float | None = None
     process: BaseProcess | None = None
     conn: Connection | None = None
-    receiving: Future | None = None  # the grammar read back and deserialized, in a thread
+    receiving: Future | None = None  # its result read back, and the grammar compiled here, in a thread
     result: xgr.CompiledGrammar | InvalidRequestError | EngineFailedError | None = None
 
 

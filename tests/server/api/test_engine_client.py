@@ -40,6 +40,9 @@ class ScriptedCore:
     def send(self, command: protocol.CoreCommand) -> None:
         self.sent.append(command)
 
+    def send_encoded(self, frame: bytes) -> None:
+        self.sent.append(protocol.decode_command(frame))
+
     async def messages(self):
         while (message := await self.script.get()) is not None:
             yield message
