@@ -72,8 +72,8 @@ def main() -> None:
             enable_prefix_caching=False,
             **({"kv_cache_memory": 64 << 20} if args.dry_run else {}),
         )
-        print(f"engine started in {time.perf_counter() - start:.1f} s: {llm.engine.core.executor.report.line()}")
-        runner = llm.engine.core.executor.runner
+        print(f"engine started in {time.perf_counter() - start:.1f} s: {llm.engine.core.executor.worker.report.line()}")
+        runner = llm.engine.core.executor.worker.runner
         model_cfg = llm.engine.core.model_config
         # Each step reads every weight but the embedding table (a row per token), and the keys
         # and values of every sequence, whose context grows by one a step.

@@ -112,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     longest = max(args.prompt_tokens)
     llm = LLM(args.model, max_num_batched_tokens=longest, max_model_len=max(longest + 1, 256))
-    runner = llm.engine.core.executor.runner
+    runner = llm.engine.core.executor.worker.runner
     itemsize = torch.empty(0, dtype=runner.dtype).element_size()
     read, decoder_params, head_params = weight_bytes_and_params(runner.model, itemsize)
     vocab = llm.engine.core.model_config.vocab_size

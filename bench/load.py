@@ -36,7 +36,7 @@ from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.tensor_reader import TensorRead, read_tensors
-from argosy.server.parallel.rank_processes import free_port
+from argosy.server.parallel.group import free_port
 
 CPU = torch.device("cpu")
 READ_BYTES = 16 << 20

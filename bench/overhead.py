@@ -48,9 +48,9 @@ def main() -> None:
     llm = LLM(args.model, max_num_seqs=max(args.batches), enable_prefix_caching=False)
     vocab = llm.engine.core.model_config.vocab_size
     # Logits that always pick an ordinary token (1000), so detokenization does real work.
-    logits = torch.randn(max(args.batches), vocab).to(llm.engine.core.executor.runner.dtype)
+    logits = torch.randn(max(args.batches), vocab).to(llm.engine.core.executor.worker.runner.dtype)
     logits[:, 1000] += 100.0
-    llm.engine.core.executor.runner.forward = lambda inputs, kv_cache: logits[: len(inputs.logits_rows)]
+    llm.engine.core.executor.worker.runner.forward = lambda inputs, kv_cache: logits[: len(inputs.logits_rows)]
     print(f"\nhost time per decode step, forward pass a no-op, {torch.get_num_threads()} threads")
     print("outputs as `LLM.generate` takes them (final only), and as a stream takes them (a delta every step)")
     print("| batch | µs per step | µs per sequence | µs per sequence, deltas |\n|--:|--:|--:|--:|")

@@ -230,7 +230,7 @@ def conversations(args, vocab: int) -> list[list[int]]:
 def block_bytes(llm: LLM) -> int:
     """Of the engine's KV blocks of 16 tokens, in its dtype."""
     cfg = llm.engine.core.model_config
-    itemsize = llm.engine.core.executor.runner.dtype.itemsize
+    itemsize = llm.engine.core.executor.worker.runner.dtype.itemsize
     return 2 * cfg.num_layers * 16 * cfg.num_kv_heads * cfg.head_dim * itemsize
 
 

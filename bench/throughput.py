@@ -82,7 +82,7 @@ def decode_step_seconds(llm, batch: int, context: int, steps: int = 8) -> float:
     scheduler = engine.core.scheduler
     while scheduler.waiting or any(s.num_output_tokens == 0 for s in scheduler.running):
         engine.step()
-    device = engine.core.executor.runner.device
+    device = engine.core.executor.worker.runner.device
     sync(device)
     start = time.perf_counter()
     for _ in range(steps):
@@ -136,8 +136,8 @@ def main() -> None:
     core = llm.engine.core
     path = str(resolve_model_path(args.model))
     hf = (
-        AutoModelForCausalLM.from_pretrained(path, dtype=core.executor.runner.dtype)
-        .to(core.executor.runner.device)
+        AutoModelForCausalLM.from_pretrained(path, dtype=core.executor.worker.runner.dtype)
+        .to(core.executor.worker.runner.device)
         .eval()
     )
     requests = workload(core.model_config.vocab_size, args.num_requests, args.max_tokens)
@@ -164,7 +164,7 @@ def main() -> None:
     steps, products = [], []
     for _ in range(args.repeats + 1):
         steps.append(decode_step_seconds(llm, args.decode_batch, args.context))
-        products.append(matmul_seconds(core.executor.runner.model, args.decode_batch))
+        products.append(matmul_seconds(core.executor.worker.runner.model, args.decode_batch))
     step, products = min(steps), min(products)
     print(f"\n| decode step, batch {args.decode_batch}, context ~{args.context} | ms |\n|---|--:|")
     print(f"| engine step | {step * 1e3:.1f} |\n| its matrix products alone | {products * 1e3:.1f} |")

@@ -24,8 +24,7 @@ from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.tensor_reader import TensorRead, read_tensors
-from argosy.server.parallel.group import join_group
-from argosy.server.parallel.rank_processes import free_port
+from argosy.server.parallel.group import free_port, join_group
 
 CPU = torch.device("cpu")
 # (name, tokens embedded, rows of logits): one step each.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from argosy.kernels import triton_kv_cache
-from argosy.kernels.attention_backend import AttentionBatch
+from argosy.kernels.attention_interface import AttentionBatch
 from argosy.kernels.triton_attention_decode import decode_attention, num_splits_for
 from argosy.kernels.triton_attention_prefill import prefill_attention
 from argosy.kernels.triton_elementwise import TRITON_KERNELS

@@ -555,11 +555,6 @@ class InferenceServiceSpec(KubeModel):
                 "one GPU of the pod's node",
                 ".resources",
             ),
-            cel(
-                f"{_TP} == 1 || ((!has(self.adapters) || size(self.adapters) == 0) && !has(self.lora))",
-                "spec.engine.tensorParallelSize above 1 does not serve LoRA adapters yet",
-                ".engine.tensorParallelSize",
-            ),
         )
     )
 

@@ -4,6 +4,7 @@ torch, so that the operator can read the server's defaults."""
 
 from __future__ import annotations
 
+import functools
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ DEFAULT_BATCHED_TOKENS = 2048
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "torch", "triton"]
 Quantization = Literal["fp8"]
+ExecutorBackend = Literal["uni", "mp"]
 
 
 @dataclass
@@ -51,9 +53,14 @@ class EngineConfig:
         "ranks that split each layer's heads and MLP (q/k/v and gate/up by output, o and down by input, then an "
         "all-reduce; KV heads split, or replicated past their number; embedding and LM head split by vocabulary "
         "rows), a process and a device each within one node (NCCL; on CPU, processes over gloo sharing the "
-        "cores); each rank reads only its slices of the checkpoint; refused, with the numbers, for a size the "
-        "heads or the MLP cannot be split by or above the visible GPUs; not yet with LoRA, a draft model, "
-        "weight updates or sleep",
+        "cores); each rank reads only its slices of the checkpoint (and of LoRA adapters; a draft model runs "
+        "whole on rank 0); refused, with the numbers, for a size the heads or the MLP cannot be split by or above "
+        "the visible GPUs",
+    )
+    distributed_executor_backend: ExecutorBackend | None = setting(
+        None,
+        "where the workers run: uni, one in the engine's own process; mp, each rank in a process of its own fed "
+        "through shared memory; default uni with one rank, mp with tensor parallelism (which needs it)",
     )
     scheduling_policy: SchedulingPolicy = setting(
         "fcfs",
@@ -116,8 +123,18 @@ class EngineConfig:
         "(default 16): no speculation while more sequences run",
     )
 
+    @property
+    def executor_backend(self) -> ExecutorBackend:
+        """distributed_executor_backend, settled: mp with more than one rank."""
+        return self.distributed_executor_backend or ("mp" if self.tensor_parallel_size > 1 else "uni")
+
+    @functools.cached_property
+    def speculative(self) -> SpeculativeConfig | None:
+        """speculative_config, parsed (the one place it is)."""
+        return SpeculativeConfig.parse(self.speculative_config)
+
     def __post_init__(self) -> None:
-        SpeculativeConfig.parse(self.speculative_config)  # refused here, naming the field, if bad
+        spec = self.speculative  # refused here, naming the field, if bad
         sizes = self.cuda_graph_sizes
         if any(not isinstance(size, int) or size < 1 for size in sizes) or (sizes and min(sizes) > self.max_num_seqs):
             raise InvalidRequestError(
@@ -151,12 +168,12 @@ class EngineConfig:
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}",
                 param="gpu_memory_utilization",
             )
-        spec = SpeculativeConfig.parse(self.speculative_config)
         self._check_swap_space(spec)
-        if self.tensor_parallel_size > 1 and (self.enable_lora or (spec is not None and spec.method == "draft_model")):
+        if self.tensor_parallel_size > 1 and self.distributed_executor_backend == "uni":
             raise InvalidRequestError(
-                "tensor_parallel_size above 1 does not serve LoRA adapters or a draft model yet",
-                param="tensor_parallel_size",
+                "tensor_parallel_size above 1 runs each rank in a process of its own: "
+                "distributed_executor_backend must be mp (or unset)",
+                param="distributed_executor_backend",
             )
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise InvalidRequestError(

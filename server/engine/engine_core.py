@@ -2,7 +2,7 @@
 device side). `step` runs one iteration: schedule, plan (StepPlanner), execute and sample on the
 device, then record what was kept and check each sequence's stops. The offline engine calls it
 in-process; `argosy serve` runs it in a child process (core_process.py). A request with a
-constraint waits, unscheduled, while its grammar compiles in the background (GrammarCompiler).
+constraint waits, unscheduled, while its grammar compiles (GrammarGate).
 
 What fails in a step belongs to one request or to all. Sampling a sequence (its parameters,
 its logits, its seeded generator) and checking its stop conditions are the request's: a failure
@@ -16,24 +16,27 @@ import logging
 import time
 
 from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed
+from argosy.server.engine.grammar_gate import GrammarGate
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.parallel_sampling import ParallelSampling
-from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
+from argosy.server.engine.scheduler import Scheduler
+from argosy.server.engine.scheduler_output import SchedulerOutput
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.engine.step_planner import StepPlanner
 from argosy.server.engine.stop_conditions import finish_reason
 from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
-from argosy.server.exceptions import EngineFailedError, InvalidRequestError
-from argosy.server.executor.executor import Executor, make_executor
+from argosy.server.exceptions import InvalidRequestError
+from argosy.server.executor.backends import make_executor
+from argosy.server.executor.executor import Executor
 from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
 from argosy.server.kv_tier.host_pool import HostBlockPool
+from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.lora.request import AdapterRef
 from argosy.server.lora.slots import LoRASlots
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.outputs import EngineStats, LoRAStats
-from argosy.server.spec_decode.config import SpeculativeConfig
 from argosy.server.spec_decode.speculator import Speculator
 from argosy.server.structured.grammar_compiler import GrammarCompiler
 from argosy.server.text.tokenizer import Tokenizer
@@ -52,18 +55,21 @@ class EngineCore:
         self.eos_token_ids = frozenset(eos)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
-        self.grammars = GrammarCompiler(
-            tokenizer_folder,
-            self.model_config.vocab_size,
-            list(eos),
-            config.structured_outputs_compile_timeout,
-            config.structured_outputs_max_whitespace,
+        self.grammars = GrammarGate(
+            GrammarCompiler(
+                tokenizer_folder,
+                self.model_config.vocab_size,
+                list(eos),
+                config.structured_outputs_compile_timeout,
+                config.structured_outputs_max_whitespace,
+            )
         )
-        self.executor.use_grammars(self.grammars)
         host = HostBlockPool(self.device.num_host_blocks) if self.device.num_host_blocks else None
         self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching, host)
-        adapters = self.executor.adapters
-        self.lora = None if adapters is None else LoRAManager(adapters, LoRASlots(config.max_loras))
+        self.lora = None
+        if config.enable_lora:
+            adapters = AdapterHostCache(self.executor, config.max_cpu_loras or config.max_loras)
+            self.lora = LoRAManager(adapters, LoRASlots(config.max_loras))
         self.speculator = _speculator(config, self.limits.max_model_len)
         self.scheduler = Scheduler(
             self.kv,
@@ -79,7 +85,6 @@ class EngineCore:
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
         self._failed: list[RequestFailed] = []
-        self._compiling: list[Request] = []  # requests whose grammar is not ready yet
         self.asleep = False  # no KV cache (or no weights either) until wake_up
 
     def add_request(self, new: EngineCoreRequest) -> None:
@@ -98,9 +103,7 @@ class EngineCore:
             self.lora.add(request)  # raises (nothing held) when the adapter cannot be read
         if new.params.structured_outputs is not None:
             # The compile's client: its user, or where it came from (bounded shares of the compiles).
-            self.grammars.submit(new.params.structured_outputs, new.user or new.client)
-            request.waiting_for_grammar = True
-            self._compiling.append(request)
+            self.grammars.add(request, new.user or new.client)
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.requests[request.request_id] = request
@@ -136,10 +139,7 @@ class EngineCore:
         del self.requests[request.request_id]
         if self.lora is not None:
             self.lora.remove(request)
-        if request.waiting_for_grammar:  # a compile nobody else waits for stops
-            request.waiting_for_grammar = False
-            self._compiling.remove(request)
-            self.grammars.release(request.params.structured_outputs)
+        self.grammars.remove(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -195,11 +195,13 @@ class EngineCore:
         return len(waiting), len(running)
 
     def step(self) -> list[EngineCoreOutput]:
-        compiling = self._check_grammars()
+        self._check_grammars()
         scheduled = self.scheduler.schedule()
         if not scheduled.has_work:
-            if compiling:  # nothing else to run: a moment for the compiles, then the loop goes on
-                self.grammars.wait_any(GRAMMAR_POLL_SECONDS)
+            if self.grammars.device_busy:  # a step with nothing to compute carries and polls them
+                self._execute(self.planner.plan(scheduled, [], {}))
+            elif self.grammars.proving:  # nothing else to run: a moment for the compiles, then the loop goes on
+                self.grammars.wait(GRAMMAR_POLL_SECONDS)
             elif self.scheduler.has_work():
                 raise RuntimeError("the scheduler could not schedule any waiting sequence")
             return []
@@ -209,18 +211,28 @@ class EngineCore:
         completing = [item.seq for item in scheduled.scheduled if item.completes]
         forks = self.parallel_sampling.forks(completing)
         plan = self.planner.plan(scheduled, completing, forks)
-        try:
-            result = self.executor.execute(plan)
-        except Exception:
-            if self.lora is not None:  # a slot's load may not have happened
-                self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
-            raise
+        result = self._execute(plan)
         # Advanced before the forks are made: the children take the parent's progress.
         self.scheduler.advance(scheduled, self._kept(scheduled, plan, result))
         targets = self.parallel_sampling.targets(completing, forks)
         if self.speculator is not None:
             self.speculator.keep_proposals(targets, result.drafts)
         return self._append_sampled(targets, result)
+
+    def _execute(self, plan: StepPlan) -> StepResult:
+        """Runs the plan, with the constraints to compile on the device side, and takes what
+        the result says of their compiles."""
+        plan.grammars = self.grammars.take_to_send()
+        try:
+            result = self.executor.execute(plan)
+        except Exception:
+            if self.lora is not None:  # a slot's load may not have happened
+                self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
+            raise
+        for failure in self.grammars.device_side(result):
+            self.abort(failure.request_id)
+            self._failed.append(failure)
+        return result
 
     def _kept(self, scheduled: SchedulerOutput, plan: StepPlan, result: StepResult) -> list[int] | None:
         """How many of each scheduled sequence's computed tokens stay: a draft's accepted
@@ -242,25 +254,11 @@ class EngineCore:
             kept.append(item.num_new_tokens - len(item.draft) + accepted)
         return kept
 
-    def _check_grammars(self) -> list[Request]:
-        """Admits the requests whose grammar has compiled and fails those whose grammar failed
-        or took too long; returns those still waiting."""
-        now = time.monotonic()
-        self.grammars.poll(now)
-        for request in list(self._compiling):
-            params = request.params.structured_outputs
-            try:
-                ready = self.grammars.ready(params)
-            except (InvalidRequestError, EngineFailedError) as exc:
-                self.abort(request.request_id)
-                failure = RequestFailed.of(request.request_id, exc) if isinstance(exc, InvalidRequestError) else None
-                self._failed.append(failure or RequestFailed(request.request_id, str(exc)))
-                continue
-            if ready:
-                request.waiting_for_grammar = False
-                self._compiling.remove(request)
-                self.grammars.release(params)
-        return self._compiling
+    def _check_grammars(self) -> None:
+        """Fails the requests whose grammar failed or took too long to compile."""
+        for request, exc in self.grammars.check(time.monotonic()):
+            self.abort(request.request_id)
+            self._failed.append(RequestFailed.of(request.request_id, exc))
 
     def _append_sampled(self, targets: list[Sequence], result: StepResult) -> list[EngineCoreOutput]:
         """Each target's new tokens; a target that could not be sampled, or whose stop check
@@ -333,7 +331,7 @@ class EngineCore:
             recomputed_tokens=self.scheduler.recomputed_tokens,
             kv_host=None if self.kv.host is None else self.kv.host.stats(),
             lora=None if self.lora is None else self._lora_stats(),
-            grammar_compile_seconds=self.grammars.take_compile_seconds(),
+            grammar_compile_seconds=self.grammars.compiler.take_compile_seconds(),
             spec_decode=None if self.speculator is None else self.speculator.snapshot(),
         )
 
@@ -347,7 +345,7 @@ class EngineCore:
 
 
 def _speculator(config: EngineConfig, max_model_len: int) -> Speculator | None:
-    spec = SpeculativeConfig.parse(config.speculative_config)
+    spec = config.speculative
     return None if spec is None else Speculator(spec, max_model_len)
 
 

@@ -19,43 +19,14 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass, field
 
 from argosy.server.engine.kv_cache_manager import KVCacheManager
+from argosy.server.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from argosy.server.engine.sequence import Sequence, SequenceStatus
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.scheduling.policy import MIN_RUN_STEPS, SchedulingPolicy
 from argosy.server.scheduling.waiting_queue import FairQueue, WaitingQueue
 from argosy.server.spec_decode.speculator import Speculator
-
-
-class ScheduledSequence:
-    __slots__ = ("completes", "draft", "num_new_tokens", "seq")
-
-    def __init__(self, seq: Sequence, num_new_tokens: int, draft: list[int] | None = None):
-        self.seq = seq
-        self.draft = draft or []  # proposed tokens computed after the sequence's own, to verify
-        # Tokens computed this step, from seq.num_computed_tokens: the sequence's, then the draft.
-        self.num_new_tokens = num_new_tokens + len(self.draft)
-        # After this step every token of the sequence is in the cache: sample the next.
-        self.completes = seq.num_computed_tokens + num_new_tokens == seq.num_tokens
-
-    def __repr__(self) -> str:
-        return f"ScheduledSequence({self.seq!r}, {self.num_new_tokens})"
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled: list[ScheduledSequence] = field(default_factory=list)
-    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
-    preempted: list[Sequence] = field(default_factory=list)
-    host_stores: list[tuple[int, int]] = field(default_factory=list)  # (device block, host slot), first
-    host_loads: list[tuple[int, int]] = field(default_factory=list)  # (host slot, device block), then
-
-    @property
-    def has_work(self) -> bool:
-        """A forward pass to run, or copies to make."""
-        return bool(self.scheduled or self.host_stores or self.host_loads)
 
 
 class Scheduler:

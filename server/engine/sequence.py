@@ -12,7 +12,7 @@ from argosy.server.lora.request import AdapterRef
 from argosy.server.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from argosy.server.spec_decode.speculator import SpeculativeState
+    from argosy.server.spec_decode.speculative_state import SpeculativeState
 
 
 class SequenceStatus(enum.Enum):

@@ -6,7 +6,8 @@ finished sequence is named once so that its state there goes too."""
 from __future__ import annotations
 
 from argosy.server.engine.parallel_sampling import Fork
-from argosy.server.engine.scheduler import Scheduler, SchedulerOutput
+from argosy.server.engine.scheduler import Scheduler
+from argosy.server.engine.scheduler_output import SchedulerOutput
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.executor.plan import NewSequence, SampleRow, ScheduledChunk, StepPlan
 

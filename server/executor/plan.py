@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from argosy.server.sampling_params import SamplingParams
+from argosy.server.structured.params import StructuredOutputsParams
 
 
 class NewSequence(msgspec.Struct, array_like=True):
@@ -58,6 +59,9 @@ class StepPlan(msgspec.Struct, array_like=True):
     # (slot, device block) loaded.
     host_stores: list[tuple[int, int]] = []
     host_loads: list[tuple[int, int]] = []
+    # Constraints whose grammars the device side compiles now, for requests the engine admits once
+    # their compile is reported: each is known to compile within the time limit.
+    grammars: list[StructuredOutputsParams] = []
 
 
 class TokenLogprobs(msgspec.Struct, array_like=True):
@@ -79,6 +83,8 @@ class StepResult(msgspec.Struct, array_like=True):
     # Rows whose grammar is complete and allows nothing more after their tokens: they end (stop).
     complete: list[int] = []
     drafts: list[list[int]] = []  # the draft model's proposals, per row (none past the list's end)
+    grammars_ready: list[str] = []  # keys of the plans' grammars compiled since the last result
+    grammar_errors: dict[str, str] = {}  # and of those that failed, why
 
 
 class DeviceReady(msgspec.Struct, array_like=True):

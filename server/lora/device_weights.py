@@ -15,8 +15,9 @@ from torch import nn
 
 from argosy.kernels.lora_ops import LoRABatch, LoRAStack
 from argosy.server.lora.adapter_folder import MODULES, placement
-from argosy.server.lora.peft_adapter import LoRAAdapter
+from argosy.server.lora.peft_adapter import LoRAAdapter, LoRASlice
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.layout import WHOLE, ShardLayout
 
 ROLES = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
@@ -50,8 +51,20 @@ class LoRALayer(nn.Module):
 
 
 class LoRAWeights:
-    def __init__(self, model: ModelConfig, max_loras: int, max_rank: int, dtype: torch.dtype, device: torch.device):
-        places = placement(model)
+    def __init__(
+        self,
+        model: ModelConfig,
+        max_loras: int,
+        max_rank: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        layout: ShardLayout = WHOLE,
+    ):
+        """`layout`: with tensor parallelism, this rank's share of the model; its slots hold the
+        same share of each adapter (B's rows of the layers split by output, A's columns of those
+        split by input, whose partial products the layer's all-reduce sums with its own)."""
+        self.model, self.layout = model, layout
+        places = self.places = placement(layout.local_config(model))
         self.rank = max_rank
         # Per role: its modules in output order, and the row where each starts.
         self.modules = {role: [m for m in MODULES if places[m][0] == role] for role in ROLES}
@@ -75,10 +88,21 @@ class LoRAWeights:
                 stack.b[slot].zero_()
                 for piece in adapted.get(role, ()):
                     i = self.modules[role].index(piece.module)
-                    rank = piece.a.shape[0]
-                    stack.a[slot, i * self.rank : i * self.rank + rank].copy_(piece.a, non_blocking=True)
-                    rows = slice(piece.offset, piece.offset + piece.b.shape[0])
-                    stack.b[slot, rows, :rank].copy_(piece.b, non_blocking=True)
+                    a, b = self._share(piece)
+                    rank = a.shape[0]
+                    stack.a[slot, i * self.rank : i * self.rank + rank].copy_(a, non_blocking=True)
+                    rows = slice(self.places[piece.module][1], self.places[piece.module][1] + b.shape[0])
+                    stack.b[slot, rows, :rank].copy_(b, non_blocking=True)
+
+    def _share(self, piece: LoRASlice) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's A and B of an adapted projection."""
+        shard = self.layout.shard(f"{piece.module}.weight", self.model)
+        if shard is None:
+            return piece.a, piece.b
+        dim, start, length = shard
+        if dim == 0:
+            return piece.a, piece.b[start : start + length]
+        return piece.a[:, start : start + length], piece.b
 
     def attach(self, model: nn.Module, context: LoRAContext, op: Callable[..., None]) -> None:
         """Each adapted linear layer of `model` (a CausalLM) adds its slots' products from now on."""

@@ -6,8 +6,9 @@ decided."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.request import AdapterRef
 from argosy.server.lora.slots import LoRASlots
 
@@ -15,24 +16,8 @@ if TYPE_CHECKING:
     from argosy.server.engine.sequence import Request
 
 
-class AdapterHost(Protocol):
-    """The adapters in host memory, on the device side (host_cache.py's AdapterHostCache)."""
-
-    def hold(self, ref: AdapterRef) -> None: ...
-
-    def release(self, digest: str) -> None: ...
-
-    def load(self, ref: AdapterRef) -> object: ...
-
-    def drop(self, digest: str) -> None: ...
-
-    def names(self) -> dict[str, str]:
-        """The adapters held in host memory: digest -> name."""
-        ...
-
-
 class LoRAManager:
-    def __init__(self, host: AdapterHost, slots: LoRASlots):
+    def __init__(self, host: AdapterHostCache, slots: LoRASlots):
         self.host, self.slots = host, slots
 
     def add(self, request: Request) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from argosy.kernels.attention_backend import AttentionBackend
+from argosy.kernels.attention_interface import AttentionBackend
 from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig

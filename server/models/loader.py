@@ -10,7 +10,7 @@ import re
 
 import torch
 
-from argosy.kernels.attention_backend import AttentionBackend
+from argosy.kernels.attention_interface import AttentionBackend
 from argosy.server.exceptions import CheckpointError
 from argosy.server.models.checkpoint import first_non_finite, stored_tensors
 from argosy.server.models.decoder import CausalLM

@@ -4,6 +4,7 @@ runs, and is tested, on machines without a GPU."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -14,7 +15,7 @@ import torch.distributed as dist
 
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.parallel.layout import ShardLayout
+from argosy.server.parallel.layout import WHOLE, ShardLayout
 from argosy.server.parallel.vocab import VocabShard
 
 _TIMEOUT = timedelta(minutes=10)  # a rank loading a large checkpoint may be slow to arrive
@@ -78,7 +79,7 @@ class TensorParallel:
         self.cpu_group.broadcast(tensor, 0).wait()
 
 
-SINGLE = TensorParallel(ShardLayout(0, 1))
+SINGLE = TensorParallel(WHOLE)
 
 
 def check_collectives(device: torch.device) -> None:
@@ -112,3 +113,10 @@ def join_group(rank: int, size: int, address: tuple[str, int], device: torch.dev
     if device.type == "cuda":
         group = dist.ProcessGroupNCCL(dist.PrefixStore("device", store), rank, size)
     return TensorParallel(ShardLayout(rank, size), group, cpu_group)
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now, for the group's rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

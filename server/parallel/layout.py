@@ -89,3 +89,6 @@ class ShardLayout:
             length = local.num_kv_heads * cfg.head_dim
             return dim, self.kv_head(cfg) * cfg.head_dim, length
         return dim, self.rank * local.intermediate_size, local.intermediate_size
+
+
+WHOLE = ShardLayout(0, 1)  # one rank holding everything

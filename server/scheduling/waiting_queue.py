@@ -13,7 +13,7 @@ from argosy.server.scheduling.fair_shares import FairShares
 from argosy.server.scheduling.policy import AGING_STEPS, SchedulingPolicy
 
 if TYPE_CHECKING:
-    from argosy.server.engine.scheduler import ScheduledSequence
+    from argosy.server.engine.scheduler_output import ScheduledSequence
 
 
 class WaitingQueue:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from argosy.server.engine.sequence import Sequence
 from argosy.server.spec_decode.config import SpeculativeConfig
-from argosy.server.spec_decode.ngram import NgramIndex
+from argosy.server.spec_decode.speculative_state import SpeculativeState
 
 MIN_ACCEPTANCE = 0.2  # below this average fraction of drafts kept, a sequence pauses
 ACCEPTANCE_WEIGHT = 0.3  # of the latest step in the average
@@ -32,21 +32,6 @@ class SpecDecodeStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)  # drafts kept at each position
-
-
-class SpeculativeState:
-    """What speculation keeps of one sequence: its n-gram index (ngram) or the draft model's
-    last proposal (draft_model), and how its drafts fare."""
-
-    __slots__ = ("acceptance", "index", "paused_until", "proposed")
-
-    def __init__(self, config: SpeculativeConfig):
-        self.index = None
-        if config.method == "ngram":
-            self.index = NgramIndex(config.prompt_lookup_min, config.prompt_lookup_max)
-        self.proposed: list[int] = []  # what the draft model proposed after the sequence's last token
-        self.acceptance = 1.0
-        self.paused_until = 0  # the sequence's length before which it does not propose
 
 
 class Speculator:

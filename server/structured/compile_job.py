@@ -4,7 +4,7 @@ that a compile can be stopped (its requests went, or it ran past its time limit)
 CPU with the others by the kernel's scheduling. The child runs the compiler alone, in its one
 thread, and says how it went: the grammar itself never crosses back (serialized, a 50-property
 schema's is 1.5 MB and costs ten times its compile; a heavy one's, 600 MB and a minute), the
-engine core compiles it again, now that it is known to compile within the limit."""
+device side compiles it again (grammar_store.py), now that it is known to compile within the limit."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
-"""GrammarCompiler: constraints compiled into token-level grammars (xgrammar), off the step loop,
-each first in a process of its own (compile_job.py), stopped as soon as no request waits for it
-any more, or once it runs past the time limit; one that compiled there is compiled again in a
-thread of this process (the grammar costs more to send back than to compile). The forked
-compiles use a compiler this process never runs, so that no lock of the library can be held when
-it forks. Requests with the same constraint share one compile,
-and its grammar (or its failure) stays cached for those that come later. Which compiles run is
-the CompileQueue's: the clients take turns, each with a bounded share (more pending is a 429), so
-a request waits for its compile to start no longer than the compiles ahead of it in its turn take,
-each at most `timeout` seconds: a compile that runs past that is stopped, and its requests fail
-with a 400 naming their field (simplify it).
+"""GrammarCompiler: the engine core's admission of constraints. Each constraint's grammar is first
+compiled in a process of its own (compile_job.py), stopped as soon as no request waits for it
+any more, or once it runs past the time limit: what comes back is whether it compiled within the
+limit (the grammar itself costs more to send back than to compile). Once it has, the device side
+compiles it again for its own use (structured/grammar_store.py), now that the compile is known to be
+bounded. Requests with the same constraint share one compile, and its verdict stays cached for
+those that come later. Which compiles run is the CompileQueue's: the clients take turns, each
+with a bounded share (more pending is a 429), so a request waits for its compile to start no
+longer than the compiles ahead of it in its turn take, each at most `timeout` seconds: a compile
+that runs past that is stopped, and its requests fail with a 400 naming their field (simplify it).
 
 Why xgrammar: bench/structured.py compares it with llguidance on this vocabulary; its masks
 cost a fifth of llguidance's per token, which every step pays, while its compile, which it
@@ -16,7 +15,6 @@ pays once per constraint, is cached and kept off the step loop here."""
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import threading
 import time
@@ -30,7 +28,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from argosy.server.exceptions import EngineFailedError, InvalidRequestError
+from argosy.server.exceptions import InvalidRequestError
 from argosy.server.structured import compile_job
 from argosy.server.structured.compile_queue import CompileQueue
 from argosy.server.structured.params import StructuredOutputsParams
@@ -52,8 +50,8 @@ class _Job:
     started_at: float | None = None
     process: BaseProcess | None = None
     conn: Connection | None = None
-    receiving: Future | None = None  # its result read back, and the grammar compiled here, in a thread
-    result: xgr.CompiledGrammar | InvalidRequestError | EngineFailedError | None = None
+    receiving: Future | None = None  # its result read back, in a thread
+    result: bool | InvalidRequestError | None = None  # True: it compiles within the limit
 
 
 class GrammarCompiler:
@@ -71,23 +69,15 @@ class GrammarCompiler:
         self.queue = CompileQueue(max_running, PER_CLIENT_RUNNING, PER_CLIENT_PENDING)
         self.jobs: dict[str, _Job] = {}  # the constraints requests wait for, by key
         self.orphans: dict[str, _Job] = {}  # compiles here that no request waits for any more
-        self.cache: OrderedDict[str, xgr.CompiledGrammar | Exception] = OrderedDict()
+        self.cache: OrderedDict[str, bool | InvalidRequestError] = OrderedDict()
         self.compile_seconds: list[float] = []  # of each compile finished since the last take
         # The compiler is built by a thread at the first constraint (an engine that is never asked
-        # for one spends nothing on it); compiles are forked from this process once it is.
+        # for one spends nothing on it); compiles are forked from this process once it is, and it
+        # is never run here, so that no lock of the library can be held when it forks.
         self._builder: threading.Thread | None = None
-        self._forked: xgr.GrammarCompiler | None = None  # run only by forked children
-        self._compiler: xgr.GrammarCompiler | None = None  # run by the threads here
+        self._forked: xgr.GrammarCompiler | None = None
         self._build_error: InvalidRequestError | None = None
         self._receiver = ThreadPoolExecutor(max_running, thread_name_prefix="grammar-compile")
-
-    @functools.cached_property
-    def tokenizer(self) -> Tokenizer:
-        return Tokenizer(self.tokenizer_folder)
-
-    @property
-    def vocab_bytes(self) -> list[bytes]:
-        return self.tokenizer.vocab_bytes
 
     def submit(self, params: StructuredOutputsParams, client: str | None) -> None:
         """A request of `client` waits for the grammar of `params`: its compile starts unless it is
@@ -120,7 +110,7 @@ class GrammarCompiler:
         del self.jobs[key]
         if job.result is not None:
             self._keep(key, job.result)
-        elif job.receiving is not None:  # it compiled in its process and compiles here now: kept once done
+        elif job.receiving is not None:  # its verdict is being read: kept once read
             self.orphans[key] = job
         else:
             self.queue.remove(key)
@@ -128,8 +118,8 @@ class GrammarCompiler:
             self._start_queued()
 
     def ready(self, params: StructuredOutputsParams) -> bool:
-        """Whether the grammar of `params` is compiled; raises InvalidRequestError when its compile
-        failed or ran past the limit, EngineFailedError when the server could not take its result."""
+        """Whether the grammar of `params` has compiled within the limit; raises InvalidRequestError
+        when its compile failed or ran past it."""
         result = self.jobs[params.key].result
         if isinstance(result, Exception):
             raise result
@@ -171,21 +161,16 @@ class GrammarCompiler:
         elif self._builder is not None and self._builder.is_alive():
             self._builder.join(timeout)
 
-    def compile_now(self, params: StructuredOutputsParams) -> xgr.CompiledGrammar:
-        """The grammar of `params`, waited for here as the engine core waits for it step by step
-        (for benchmarks and tests, never the step loop); raises as ready() does."""
+    def compile_now(self, params: StructuredOutputsParams) -> None:
+        """Waits here, as the engine core waits step by step, until the grammar of `params` has
+        compiled (for benchmarks and tests, never the step loop); raises as ready() does."""
         self.submit(params, None)
         try:
             while not self.ready(params):
                 self.wait_any(0.1)
                 self.poll(time.monotonic())
-            return self[params.key]
         finally:
             self.release(params)
-
-    def __getitem__(self, key: str) -> xgr.CompiledGrammar:
-        job = self.jobs.get(key)
-        return job.result if job is not None and job.result is not None else self.cache[key]
 
     def take_compile_seconds(self) -> list[float]:
         seconds, self.compile_seconds = self.compile_seconds, []
@@ -200,12 +185,8 @@ class GrammarCompiler:
         try:
             import xgrammar as xgr
 
-            vocabulary = self.tokenizer, self.vocab_size, self.eos_token_ids
-            compilers = [
-                xgr.GrammarCompiler(compile_job.tokenizer_info(*vocabulary), max_threads=1, cache_enabled=False)
-                for _ in range(2)  # each with its own vocabulary tables: nothing of the one forked is ever run here
-            ]
-            self._forked, self._compiler = compilers
+            info = compile_job.tokenizer_info(Tokenizer(self.tokenizer_folder), self.vocab_size, self.eos_token_ids)
+            self._forked = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         except ImportError as exc:
             self._build_error = InvalidRequestError(
                 f"this server cannot hold outputs to constraints ({exc}; pip install xgrammar)"
@@ -226,9 +207,8 @@ class GrammarCompiler:
             job.conn, job.process = receiver, _fork(sender, self._forked, job.params, self.max_whitespace)
             sender.close()
 
-    def _receive(self, job: _Job) -> xgr.CompiledGrammar | InvalidRequestError | EngineFailedError:
-        """The job's result, read from its pipe, and the grammar compiled again here if it compiled
-        there (in a thread: the library lets go of the GIL)."""
+    def _receive(self, job: _Job) -> bool | InvalidRequestError:
+        """The job's verdict, read from its pipe: True, or why it did not compile."""
         try:
             result: compile_job.CompileResult = job.conn.recv()
         except (EOFError, OSError):  # the process died without a word (killed from outside, out of memory)
@@ -241,17 +221,14 @@ class GrammarCompiler:
         self.compile_seconds.append(result.seconds)
         if result.error is not None:
             return InvalidRequestError(result.error, param=job.params.field)
-        try:
-            return compile_job.compile_grammar(self._compiler, job.params, self.max_whitespace)
-        except Exception as exc:  # a fault of this server's, which fails the requests waiting for it alone
-            return EngineFailedError(f"the grammar compiled in its process but not here: {type(exc).__name__}: {exc}")
+        return True
 
     def _finish(self, key: str, job: _Job) -> None:
         self.queue.remove(key)
         job.result = job.receiving.result()
         _stop(job)
 
-    def _keep(self, key: str, result: xgr.CompiledGrammar | Exception) -> None:
+    def _keep(self, key: str, result: bool | InvalidRequestError) -> None:
         self.cache[key] = result
         while len(self.cache) > CACHED_GRAMMARS:
             self.cache.popitem(last=False)

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from argosy.kernels.attention_backend import AttentionBackend
+from argosy.kernels.attention_interface import AttentionBackend
 from argosy.kernels.lora_ops import LoRABatch
 from argosy.server.engine_config import EngineConfig
 from argosy.server.lora.device_weights import LoRAContext

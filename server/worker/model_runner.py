@@ -23,7 +23,6 @@ from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.weight_swap import check_same_tensors, copy_weights, stage_checkpoint
 from argosy.server.parallel.group import SINGLE, TensorParallel
-from argosy.server.spec_decode.config import SpeculativeConfig
 from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_shapes, capture_sizes, graphs_enabled
 from argosy.server.worker.startup_report import tensor_bytes
@@ -53,7 +52,9 @@ class ModelRunner:
         self.lora_context = LoRAContext()
         self.lora = None  # the adapters' device slots, with LoRA on
         if engine_config.enable_lora:
-            self.lora = LoRAWeights(model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device)
+            self.lora = LoRAWeights(
+                model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device, shards.layout
+            )
         self.graphs_on = graphs_enabled(engine_config, device, self.backend)
         # The null block: one cache block no sequence owns, which the padding rows of a
         # graph's batch write to and read.
@@ -80,7 +81,7 @@ class ModelRunner:
                 self.backend,
                 capture_shapes(
                     capture_sizes(config.cuda_graph_sizes, config.max_num_seqs),
-                    SpeculativeConfig.parse(config.speculative_config),
+                    config.speculative,
                 ),
                 -(-self.max_model_len // self.block_size),
                 self.block_size,
@@ -128,11 +129,11 @@ class ModelRunner:
             self._load(dataclasses.replace(self.cfg, path=str(path)))
             self.asleep = 1
             return
-        staged = stage_checkpoint(self.cfg, path, self.dtype, self.max_model_len)  # raises before any copy
+        staged = stage_checkpoint(self.cfg, path, self.dtype, self.max_model_len, self.shards)  # raises first
         try:
             copy_weights(staged, self.model, self.dtype)
         except Exception:  # a device failure halfway: the serving weights go back whole
-            serving = stage_checkpoint(self.cfg, self.cfg.path, self.dtype, self.max_model_len)
+            serving = stage_checkpoint(self.cfg, self.cfg.path, self.dtype, self.max_model_len, self.shards)
             copy_weights(serving, self.model, self.dtype)
             raise
         self.cfg = dataclasses.replace(self.cfg, path=str(path))

@@ -1,7 +1,7 @@
 """What the device side keeps of each sequence between steps, as the step plans describe them:
 its block table (a list on the host, for the new tokens' slots, and a row of the BlockTables on
 the device), its sampling parameters and seeded generator, its tokens (penalties read them), and
-with a constraint its grammar's state (from the grammar the engine compiled for it).
+with a constraint its grammar's state (from the device side's GrammarStore, on the rank that samples).
 The engine names a sequence once (NewSequence), sends only the changes of its block table, and
 says when it may be forgotten."""
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from argosy.server.executor.executor import Grammars
 from argosy.server.executor.plan import NewSequence, StepPlan
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.structured.grammar_mask import GrammarState, Vocabulary
+from argosy.server.structured.grammar_store import GrammarStore
 from argosy.server.worker.block_tables import BlockTables
 
 CPU = torch.device("cpu")
@@ -63,14 +63,18 @@ class SequenceStates(dict[int, SequenceState]):
     """Every sequence the device side knows, by id, and their block tables on the device."""
 
     def __init__(
-        self, max_blocks_per_seq: int, device: torch.device = CPU, vocab_size: int = 0, eos_token_ids: tuple = ()
+        self,
+        max_blocks_per_seq: int,
+        device: torch.device = CPU,
+        vocab_size: int = 0,
+        eos_token_ids: tuple = (),
+        grammars: GrammarStore | None = None,
     ):
         super().__init__()
         self.device = device
         self.tables = BlockTables(max_blocks_per_seq, device)
         self.vocab_size, self.eos_token_ids = vocab_size, list(eos_token_ids)
-        # The compiled grammars, by constraint key (the engine's GrammarCompiler, in this process).
-        self.grammars: Grammars | None = None
+        self.grammars = grammars  # None on the ranks that do not sample
         self.vocabulary: Vocabulary | None = None  # made at the first constrained sequence
 
     def apply(self, plan: StepPlan) -> None:
@@ -107,6 +111,6 @@ class SequenceStates(dict[int, SequenceState]):
             state.grammar = parent.grammar.fork()
         elif constraint is not None and self.grammars is not None:  # ranks 1..N-1 sample nothing: no grammars
             stops = self.eos_token_ids + list(new.params.stop_token_ids)
-            compiled, json = self.grammars[constraint.key], constraint.kind in ("json", "json_object")
+            compiled, json = self.grammars[constraint], constraint.kind in ("json", "json_object")
             state.grammar = GrammarState.start(compiled, stops, self._vocabulary(), json)
         return state

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import msgspec
 import torch
 
-from argosy.kernels.attention_backend import AttentionBackend, AttentionBatch
+from argosy.kernels.attention_interface import AttentionBackend, AttentionBatch
 from argosy.kernels.lora_ops import LoRABatch
 from argosy.server.worker.block_tables import BlockTables
 

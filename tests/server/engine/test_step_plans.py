@@ -62,7 +62,7 @@ def test_the_device_side_holds_the_engines_block_tables_and_sequences_at_every_s
     def checked_execute(plan: StepPlan):
         result = execute(plan)
         seqs = {seq.seq_id: seq for request in core.requests.values() for seq in request.seqs}
-        states = executor.states
+        states = executor.worker.states
         for chunk in plan.chunks:  # the step ran on the engine's tables, exactly: on the host and on the device
             table = seqs[chunk.seq_id].block_table
             assert states[chunk.seq_id].block_table == table
@@ -71,7 +71,7 @@ def test_the_device_side_holds_the_engines_block_tables_and_sequences_at_every_s
         assert len({state.table_row for state in states.values()}) == len(states)  # a row each
         assert states.tables.rows_in_use == len(states)  # and rows of forgotten sequences are free again
         # The device holds exactly the sequences the engine told it of and has not said are gone.
-        assert set(executor.states) == core.planner._known
+        assert set(executor.worker.states) == core.planner._known
         return result
 
     executor.execute = checked_execute
@@ -80,4 +80,4 @@ def test_the_device_side_holds_the_engines_block_tables_and_sequences_at_every_s
     assert seen and stats.num_preemptions > 0 and stats.prefix_cache_hits > 0
     first_call = set(seen)
     generate(llm, mixed(2, seed=6))  # the next call's first plan names every finished sequence
-    assert executor.states and not set(executor.states) & first_call
+    assert executor.worker.states and not set(executor.worker.states) & first_call

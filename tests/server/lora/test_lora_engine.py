@@ -44,7 +44,7 @@ def reference(base, prompt: list[int], lora: LoRARequest | None) -> list[int]:
 def held(llm) -> tuple[list[int], dict]:
     """Every slot's holders, and the host cache's."""
     core = llm.engine.core
-    return core.lora.slots.holders, core.executor.adapters.holders
+    return core.lora.slots.holders, core.lora.host.holders
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -138,7 +138,7 @@ def test_lora_on_but_unused_gives_the_base_models_tokens_and_runs_no_lora_op(lla
     plain = tokens(tiny_llm(llama_checkpoint).generate([{"prompt_token_ids": p} for p in PROMPTS], GREEDY))
     llm = tiny_llm(llama_checkpoint, enable_lora=True, max_loras=2)
     calls = []
-    runner = llm.engine.core.executor.runner
+    runner = llm.engine.core.executor.worker.runner
     for layer in runner.model.modules():
         if type(layer).__name__ == "LoRALayer":
             monkeypatch.setattr(layer, "op", lambda *args: calls.append(args))

@@ -5,13 +5,14 @@ host cache keeps at most max_cpu_loras unheld adapters, least recently used out 
 from __future__ import annotations
 
 import pytest
-import torch
 
+from argosy.server.engine_config import EngineConfig, resolve_limits
 from argosy.server.lora.adapter_folder import AdapterError, inspect_adapter
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.request import AdapterRef
 from argosy.server.lora.slots import LoRASlots
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.worker import Worker
 from tests.adapters import make_adapter
 
 A, B, C = (AdapterRef(n, f"/adapters/{n}", n * 64) for n in "abc")
@@ -58,14 +59,19 @@ def test_the_host_cache_evicts_unheld_adapters_least_recently_used_first(llama_c
     for i in range(3):
         folder = make_adapter(llama_checkpoint, tmp_path / f"a{i}", seed=i)
         refs.append(AdapterRef(f"a{i}", str(folder), inspect_adapter(folder, model, 16).digest))
-    cache = AdapterHostCache(model, 16, torch.float32, max_cpu_loras=1)
+    config = EngineConfig(model=str(llama_checkpoint), enable_lora=True, dtype="float32")
+    worker = Worker(config, model, resolve_limits(config, model), (2,))
+    cache = AdapterHostCache(worker, max_cpu_loras=1)
     cache.hold(refs[0])
     cache.load(refs[1])
     assert set(cache.names().values()) == {"a0", "a1"}  # a0 is held: beyond the limit
+    assert set(worker.adapters) == set(cache.names())
     cache.load(refs[2])
     assert set(cache.names().values()) == {"a0", "a2"}  # a1, unheld and older, went
+    assert set(worker.adapters) == set(cache.names())
     cache.release(refs[0].digest)
     assert set(cache.names().values()) == {"a2"}
+    assert set(worker.adapters) == set(cache.names())
     changed = AdapterRef("a0", refs[0].path, refs[1].digest)  # the name stood for other weights
     with pytest.raises(AdapterError, match="the weights changed since adapter 'a0' was loaded"):
         cache.hold(changed)

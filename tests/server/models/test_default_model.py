@@ -24,7 +24,7 @@ def test_default_model_answers_paris():
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
     assert llm.engine.core.model_config.architecture == "LlamaForCausalLM"
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert llm.engine.core.executor.runner.dtype == torch.bfloat16
+        assert llm.engine.core.executor.worker.runner.dtype == torch.bfloat16
     out = llm.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop"

@@ -217,7 +217,7 @@ def test_default_model_in_fp8_answers_paris():
     from tests.server.models.test_default_model import QUESTION
 
     llm = LLM(quantization="fp8")
-    assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.core.executor.runner.model))
+    assert all(isinstance(m, Fp8Linear) for m in decoder_linears(llm.engine.core.executor.worker.runner.model))
     out = llm.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
     assert "Paris" in out.text
 

@@ -97,7 +97,7 @@ def test_first_step_logits_match_transformers(checkpoints):
         for i, p in enumerate(prompts):
             llm.engine.add_request(str(i), p, SamplingParams(max_tokens=1))
         sched = llm.engine.core.scheduler.schedule()
-        runner = llm.engine.core.executor.runner
+        runner = llm.engine.core.executor.worker.runner
         tables = BlockTables.of([item.seq.block_table for item in sched.scheduled], runner.device)
         chunks = [
             SequenceChunk(item.seq.token_ids, 0, item.seq.block_table, item.completes, row)

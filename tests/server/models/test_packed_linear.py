@@ -31,11 +31,11 @@ def test_a_packed_engine_gives_the_unpacked_greedy_tokens(llama_checkpoint, monk
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     monkeypatch.setattr(linear_factory, "pairing_supported", lambda device, dtype: False)
     packed = tiny_llm(llama_checkpoint, dtype="bfloat16")
-    model = packed.engine.core.executor.runner.model
+    model = packed.engine.core.executor.worker.runner.model
     assert isinstance(model.lm_head, PackedLinear) and isinstance(model.layers[0].mlp.down_proj, PackedLinear)
     monkeypatch.setattr(linear_factory, "packing_supported", lambda device, dtype: False)
     plain = tiny_llm(llama_checkpoint, dtype="bfloat16")
-    assert not any(isinstance(m, PackedLinear) for m in plain.engine.core.executor.runner.model.modules())
+    assert not any(isinstance(m, PackedLinear) for m in plain.engine.core.executor.worker.runner.model.modules())
     tokens = [
         [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
         for llm in (packed, plain)

@@ -61,7 +61,7 @@ def test_an_engine_gives_a_prompt_the_same_tokens_and_logprobs_alone_or_batched(
     # A down projection over 1536 inputs: where oneDNN's sums change with the rows in the product
     # (its packed engine fails this test there, on the first prompt's logprobs)
     llm = tiny_llm(build_checkpoint(tmp_path / "llama", "llama", intermediate_size=1536), dtype="bfloat16")
-    model = llm.engine.core.executor.runner.model
+    model = llm.engine.core.executor.worker.runner.model
     assert isinstance(model.lm_head, PairedLinear) and isinstance(model.layers[0].mlp.down_proj, PairedLinear)
     prompts = [{"prompt_token_ids": p} for p in ([5, 6, 7, 8], [200, 3, 9], list(range(3, 40)), [11] * 17)]
     params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, logprobs=2)

@@ -24,7 +24,7 @@ def test_triton_backend_matches_torch_backend(checkpoints, arch):
     settings = dict(max_num_batched_tokens=32, enable_prefix_caching=True)
     torch_llm = tiny_llm(checkpoints[arch], attention_backend="torch", **settings)
     triton_llm = tiny_llm(checkpoints[arch], attention_backend="triton", **settings)
-    assert triton_llm.engine.core.executor.report.backend == "triton"
+    assert triton_llm.engine.core.executor.worker.report.backend == "triton"
     expected = generate(torch_llm, prompts, max_tokens=6)
     assert generate(triton_llm, prompts, max_tokens=6) == expected
     assert triton_llm.engine.core.kv.prefix_cache_hits > 0

@@ -15,8 +15,8 @@ import torch.distributed
 
 from argosy import LLM, SamplingParams, StructuredOutputsParams
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.executor.multiproc import RankDiedError
 from argosy.server.parallel.group import check_visible_gpus
-from argosy.server.parallel.rank_processes import RankDiedError
 from tests.checkpoints import ARCHS, build_checkpoint, load_reference, reference_greedy, tiny_llm
 from tests.polling import wait_until
 from tests.processes import MODEL, alive, children, serve_process
@@ -89,9 +89,9 @@ def test_a_rank_killed_fails_the_next_step_and_no_rank_is_left(llama_checkpoint)
     llm = tiny_llm(llama_checkpoint, tensor_parallel_size=4)
     params = SamplingParams(temperature=0.0, max_tokens=4)
     llm.generate({"prompt_token_ids": [5, 6, 7]}, params)
-    procs = llm.engine.core.executor.ranks.procs
-    os.kill(procs[1].pid, signal.SIGKILL)
-    wait_until(lambda: not procs[1].is_alive(), 30, "the rank to die")
+    procs = llm.engine.core.executor.procs
+    os.kill(procs[2].pid, signal.SIGKILL)
+    wait_until(lambda: not procs[2].is_alive(), 30, "the rank to die")
     with pytest.raises(RankDiedError, match="rank 2 exited"):
         llm.generate({"prompt_token_ids": [5, 6, 7]}, params)
     assert not any(proc.is_alive() for proc in procs)
@@ -115,9 +115,9 @@ def test_sizes_and_settings_it_refuses_name_the_field(llama_checkpoint):
     with pytest.raises(InvalidRequestError, match="4 attention heads, which 3 ranks") as caught:
         tiny_llm(llama_checkpoint, tensor_parallel_size=3)
     assert caught.value.param == "tensor_parallel_size"
-    with pytest.raises(InvalidRequestError, match="LoRA") as caught:
-        tiny_llm(llama_checkpoint, tensor_parallel_size=2, enable_lora=True)
-    assert caught.value.param == "tensor_parallel_size"
+    with pytest.raises(InvalidRequestError, match="distributed_executor_backend must be mp") as caught:
+        tiny_llm(llama_checkpoint, tensor_parallel_size=2, distributed_executor_backend="uni")
+    assert caught.value.param == "distributed_executor_backend"
 
 
 def test_under_argosy_serve_a_killed_rank_fails_the_server_as_a_dead_core_does(llama_checkpoint):
@@ -125,8 +125,11 @@ def test_under_argosy_serve_a_killed_rank_fails_the_server_as_a_dead_core_does(l
     with serve_process(llama_checkpoint, "--tensor-parallel-size", "2") as server:
         assert httpx.post(f"{server.url}/v1/completions", json=body, timeout=60).status_code == 200
         [core] = children(server.popen.pid)
-        # The core's children: rank 1's process (spawned), and multiprocessing's resource tracker.
-        [rank] = [pid for pid in children(core) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+        # The core's children: the ranks' processes (spawned, rank 1 after rank 0), and
+        # multiprocessing's resource tracker.
+        ranks = [pid for pid in children(core) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+        assert len(ranks) == 2
+        rank = max(ranks)
         os.kill(rank, signal.SIGKILL)
         failed = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
         assert failed.status_code == 500

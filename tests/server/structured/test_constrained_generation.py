@@ -124,7 +124,7 @@ def test_a_slow_grammar_holds_back_no_other_request(llama_checkpoint):
     engine.add_request("slow", PROMPT, constrained(json=SLOW_SCHEMA))
     delta = RequestOutputKind.DELTA
     engine.add_request("plain", PROMPT, SamplingParams(max_tokens=8, ignore_eos=True, output_kind=delta))
-    slow_compile = engine.core.grammars.jobs[StructuredOutputsParams(json=SLOW_SCHEMA).key]
+    slow_compile = engine.core.grammars.compiler.jobs[StructuredOutputsParams(json=SLOW_SCHEMA).key]
     tokens_while_compiling = 0
     while "plain" in engine.requests:
         outputs = engine.step()
@@ -137,7 +137,7 @@ def test_a_slow_grammar_holds_back_no_other_request(llama_checkpoint):
 
 def test_one_clients_heavy_grammars_hold_back_no_other_clients_and_stop_when_their_requests_go(llama_checkpoint):
     engine = LLMEngine(EngineConfig(model=str(llama_checkpoint), dtype="float32", kv_cache_memory=4 << 20))
-    grammars = engine.core.grammars
+    grammars = engine.core.grammars.compiler
     heavy = [{**SLOW_SCHEMA, "title": f"heavy {i}"} for i in range(PER_CLIENT_PENDING)]
     for i, schema in enumerate(heavy):
         engine.add_request(f"heavy-{i}", PROMPT, constrained(json=schema), user="attacker")

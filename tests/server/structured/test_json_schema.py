@@ -11,8 +11,8 @@ import torch
 import xgrammar as xgr
 
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.structured.grammar_compiler import GrammarCompiler
 from argosy.server.structured.grammar_mask import GrammarMask, GrammarState, Vocabulary
+from argosy.server.structured.grammar_store import GrammarStore
 from argosy.server.structured.json_schema import ANNOTATIONS, ENFORCED, FORMATS, check_schema
 from argosy.server.structured.params import StructuredOutputsParams
 from argosy.server.text.tokenizer import Tokenizer
@@ -100,12 +100,13 @@ REFUSED = [
 
 
 @pytest.fixture(scope="module")
-def compiler(llama_checkpoint) -> GrammarCompiler:
-    return GrammarCompiler(llama_checkpoint, 320, [2], timeout=60, max_whitespace=4)
+def compiler(llama_checkpoint) -> GrammarStore:
+    """The device side's grammars: what the sampler masks with."""
+    return GrammarStore(llama_checkpoint, 320, [2], max_whitespace=4)
 
 
-def compiled(compiler: GrammarCompiler, **constraint) -> xgr.CompiledGrammar:
-    return compiler.compile_now(StructuredOutputsParams(**constraint))
+def compiled(compiler: GrammarStore, **constraint) -> xgr.CompiledGrammar:
+    return compiler[StructuredOutputsParams(**constraint)]
 
 
 def generable(grammar: xgr.CompiledGrammar, text: str) -> bool:

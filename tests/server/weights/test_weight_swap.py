@@ -92,7 +92,7 @@ def test_a_checkpoint_with_a_corrupt_tensor_is_refused_before_anything_is_copied
 @pytest.mark.parametrize("graphs", [[], [1, 2, 4]], ids=["eager", "graph-twin"])
 def test_sleep_frees_the_cache_then_the_weights_and_wakes_up_to_the_same_answers(llama_checkpoint, graphs):
     llm = tiny_llm(llama_checkpoint, cuda_graph_sizes=graphs)
-    runner = llm.engine.core.executor.runner
+    runner = llm.engine.core.executor.worker.runner
     before = answers(llm)
     cache_bytes, weight_bytes = runner.kv_cache.nbytes, sum(t.nbytes for t in runner.model.state_dict().values())
     assert llm.sleep(1) == cache_bytes

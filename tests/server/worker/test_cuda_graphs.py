@@ -42,10 +42,10 @@ def test_graph_twin_gives_the_eager_greedy_tokens(checkpoints, arch, backend):
         attention_backend=backend, max_num_batched_tokens=64, device="cpu" if backend == "torch" else "auto"
     )
     eager = tiny_llm(checkpoints[arch], enforce_eager=True, **settings)
-    assert eager.engine.core.executor.runner.graphs is None
+    assert eager.engine.core.executor.worker.runner.graphs is None
     twin = tiny_llm(checkpoints[arch], cuda_graph_sizes=[1, 2, 4, 8], max_num_seqs=8, **settings)
-    graphs = twin.engine.core.executor.runner.graphs
-    assert graphs.sizes == [1, 2, 4, 8] and twin.engine.core.executor.report.graph_sizes == [1, 2, 4, 8]
+    graphs = twin.engine.core.executor.worker.runner.graphs
+    assert graphs.sizes == [1, 2, 4, 8] and twin.engine.core.executor.worker.report.graph_sizes == [1, 2, 4, 8]
     batches: list[int] = []
     run = graphs.run
     graphs.run = lambda chunks, tables: (batches.append(len(chunks)), run(chunks, tables))[1]
@@ -63,11 +63,14 @@ def test_graph_sizes_must_be_positive_and_one_at_most_max_num_seqs(sizes):
 
 def test_enforce_eager_and_the_cpu_default_run_without_graphs(checkpoints):
     cpu = tiny_llm(checkpoints["llama"], device="cpu")
-    assert cpu.engine.core.executor.runner.graphs is None  # on CPU only given sizes turn the twin on
+    assert cpu.engine.core.executor.worker.runner.graphs is None  # on CPU only given sizes turn the twin on
     llm = tiny_llm(checkpoints["llama"], cuda_graph_sizes=[1, 2], enforce_eager=True)
-    assert llm.engine.core.executor.runner.graphs is None and llm.engine.core.executor.report.graph_sizes == []
     assert (
-        llm.engine.core.executor.runner.kv_cache.shape[2] == llm.stats().kv_blocks_total
+        llm.engine.core.executor.worker.runner.graphs is None
+        and llm.engine.core.executor.worker.report.graph_sizes == []
+    )
+    assert (
+        llm.engine.core.executor.worker.runner.kv_cache.shape[2] == llm.stats().kv_blocks_total
     )  # no null block without graphs
 
 
@@ -84,7 +87,7 @@ def test_verification_steps_run_through_graphs_of_their_width_and_keep_the_greed
     spec = {"method": "ngram", "num_speculative_tokens": 3, "disable_by_batch_size": 6}
     twin = tiny_llm(checkpoints["llama"], cuda_graph_sizes=[1, 2, 4, 8], max_num_seqs=8, speculative_config=spec,
                     **settings)  # fmt: skip
-    graphs = twin.engine.core.executor.runner.graphs
+    graphs = twin.engine.core.executor.worker.runner.graphs
     assert graphs.sizes_of == {1: [1, 2, 4, 8], 4: [1, 2, 4, 8]}  # 8: the first size past the limit of 6
     requests = [
         (p, SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True)) for p, m in zip(prompts, max_tokens)

@@ -40,7 +40,7 @@ def engine(llama_checkpoint, monkeypatch):
     for keys in triton_variants._RECORDED.values():
         keys.clear()
     monkeypatch.setattr("argosy.kernels.triton_backend.TritonAttention", H200Attention)
-    return llm_on_triton(llama_checkpoint).engine.core.executor
+    return llm_on_triton(llama_checkpoint).engine.core.executor.worker
 
 
 def llm_on_triton(llama_checkpoint):
@@ -110,7 +110,7 @@ def test_a_key_follows_what_triton_specialises_and_nothing_else():
 
 def test_a_variant_compiled_while_serving_is_logged_once(llama_checkpoint, caplog):
     llm = llm_on_triton(llama_checkpoint)
-    executor = llm.engine.core.executor
+    executor = llm.engine.core.executor.worker
     silu_variants = executor.variants.by_kernel()["_silu_and_mul_kernel"]
     # A width no model layer has: a new variant.
     triton_elementwise.silu_and_mul(torch.zeros(1, 6, device=executor.runner.device))

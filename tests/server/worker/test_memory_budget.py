@@ -33,6 +33,6 @@ def test_a_byte_budget_is_used_as_given_without_profiling():
 
 def test_the_profiling_pass_runs_on_cpu_and_measures_nothing(llama_checkpoint):
     llm = tiny_llm(llama_checkpoint, max_num_batched_tokens=300)
-    runner = llm.engine.core.executor.runner
+    runner = llm.engine.core.executor.worker.runner
     assert runner.profile_peak_bytes(300, 256) is None  # the GPU's pass, on CPU: runs, measures nothing
     assert runner.kv_cache.shape[2] == llm.stats().kv_blocks_total  # its scratch cache left the engine's alone
