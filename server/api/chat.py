@@ -9,13 +9,13 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.generation import Generation, engine_request_id, peer, serve_call
+from argosy.server.api.generation import Generation, engine_request_id, serve_call
 from argosy.server.api.protocol import ChatCompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, top_k
 from argosy.server.engine.input_processor import NewRequest
+from argosy.server.engine.request_options import RequestOptions
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import Logprob, RequestOutput
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.text.tokenizer import Tokenizer
@@ -29,15 +29,13 @@ async def create_chat_completion(
     tokenizer, chat_format = client.tokenizer, state.chat_format
 
     def build(
-        request_id: str, params: SamplingParams, lora: AdapterRef | None
+        request_id: str, params: SamplingParams, options: RequestOptions
     ) -> tuple[list[NewRequest], ToolParser | None]:
         tools = body.tool_use  # read with the sampling parameters, off the event loop
         parser = chat_format.parser(tools)  # a format the model cannot use is refused first
         try:
             prompt = chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt is not False, tools)
-            request = client.make_request(
-                engine_request_id(request_id), prompt, params, False, lora, body.priority, body.user, peer(http)
-            )
+            request = client.make_request(engine_request_id(request_id), prompt, params, False, options)
             return [request], parser
         except InvalidRequestError as exc:  # name what a chat call has: messages, top_logprobs
             exc.param = {"prompt": "messages", "logprobs": "top_logprobs"}.get(exc.param, exc.param)

@@ -8,12 +8,12 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
 
 from argosy.server.api.engine_client import EngineClient
-from argosy.server.api.generation import Generation, engine_request_id, peer, serve_call
+from argosy.server.api.generation import Generation, engine_request_id, serve_call
 from argosy.server.api.protocol import CompletionRequest
 from argosy.server.api.server_state import ServerState
 from argosy.server.api.streaming import Delta, stream_events, token_chars, top_k
 from argosy.server.engine.input_processor import NewRequest
-from argosy.server.lora.request import AdapterRef
+from argosy.server.engine.request_options import RequestOptions
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampling_params import SamplingParams
 
@@ -21,11 +21,9 @@ from argosy.server.sampling_params import SamplingParams
 async def create_completion(
     body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
 ) -> Response:
-    def build(request_id: str, params: SamplingParams, lora: AdapterRef | None) -> tuple[list[NewRequest], list[str]]:
+    def build(request_id: str, params: SamplingParams, options: RequestOptions) -> tuple[list[NewRequest], list[str]]:
         requests = [
-            client.make_request(
-                engine_request_id(request_id, i), prompt, params, True, lora, body.priority, body.user, peer(http)
-            )
+            client.make_request(engine_request_id(request_id, i), prompt, params, True, options)
             for i, prompt in enumerate(body.prompts())
         ]
         echoes = [

@@ -22,6 +22,7 @@ from argosy.server.api.request_stream import RequestStream, StreamLimits
 from argosy.server.engine import core_protocol as protocol
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
+from argosy.server.engine.request_options import PLAIN, RequestOptions
 from argosy.server.exceptions import ArgosyError, EngineDeadError, EngineFailedError, InvalidRequestError
 from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import EngineStats, RequestOutput
@@ -82,18 +83,14 @@ class EngineClient:
         prompt: str | list[int],
         params: SamplingParams,
         add_special_tokens: bool = True,
-        lora: AdapterRef | None = None,
-        priority: int = 0,
-        user: str | None = None,
-        client: str | None = None,
+        options: RequestOptions = PLAIN,
     ) -> NewRequest:
         """Tokenizes and validates; raises InvalidRequestError. Its outputs come as deltas.
         Thread-safe: handlers call it off the event loop, a long prompt takes seconds."""
         delta = replace(params, output_kind=RequestOutputKind.DELTA)
         return self.inputs.make_request(
-            request_id, prompt, delta, add_special_tokens=add_special_tokens, lora=lora, priority=priority, user=user,
-            client=client,
-        )  # fmt: skip
+            request_id, prompt, delta, add_special_tokens=add_special_tokens, options=options
+        )
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """The engine core reads the adapter into host memory (it is served from now on)."""

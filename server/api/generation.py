@@ -18,6 +18,7 @@ from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.protocol import SamplingFields
 from argosy.server.api.request_stream import RequestStream, merge_delta
 from argosy.server.engine.input_processor import NewRequest
+from argosy.server.engine.request_options import RequestOptions
 from argosy.server.exceptions import ArgosyError, EngineFailedError
 from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import RequestOutput
@@ -60,19 +61,20 @@ async def serve_call(
     resolve_model: Callable[[str], AdapterRef | None],
     client: EngineClient,
     id_prefix: str,
-    build: Callable[[str, SamplingParams, AdapterRef | None], tuple[list[NewRequest], Prepared]],
+    build: Callable[[str, SamplingParams, RequestOptions], tuple[list[NewRequest], Prepared]],
     reply: Callable[[Generation, SamplingParams, Prepared], Reply],
 ) -> Response:
     """One generation call: its sampling parameters are read and `build` makes its engine requests
-    (and whatever else the reply needs) from its id, those parameters and adapter (the one `model`
-    names), off the event loop; they are submitted; then `reply` answers, streamed or whole (499
-    when the client leaves before the end). However the call ends, its requests end with it."""
-    lora = resolve_model(body.model)
+    (and whatever else the reply needs) from its id, those parameters and its options (the adapter
+    `model` names, its priority and user, and the peer), off the event loop; they are submitted;
+    then `reply` answers, streamed or whole (499 when the client leaves before the end). However the
+    call ends, its requests end with it."""
+    options = RequestOptions(resolve_model(body.model), body.priority, body.user, peer(http))
     request_id = new_request_id(http, id_prefix)
 
     def read_and_build() -> tuple[SamplingParams, list[NewRequest], Prepared]:
         params = body.to_sampling_params()
-        return params, *build(request_id, params, lora)
+        return params, *build(request_id, params, options)
 
     params, requests, prepared = await prepare(request_id, read_and_build)
     gen = Generation(client, request_id, requests)

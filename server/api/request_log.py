@@ -23,6 +23,6 @@ class RequestLog:
             "prompt": None if request.prompt is None else request.prompt[cut],
             "prompt_token_ids": request.prompt_token_ids[cut],
             "params": params,
-            "lora": None if request.core.lora is None else request.core.lora.name,
+            "lora": None if request.core.options.lora is None else request.core.options.lora.name,
         }
         log.info("received request %s", request.request_id, extra={"fields": fields})

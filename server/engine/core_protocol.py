@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from argosy.server.engine.request_options import PLAIN, RequestOptions
 from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.executor.plan import TokenLogprobs
 from argosy.server.lora.request import AdapterRef
@@ -21,10 +22,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, tag=True):
     prompt_token_ids: list[int]
     params: SamplingParams
     arrival_time: float
-    lora: AdapterRef | None = None
-    priority: int = 0  # lower first, with --scheduling-policy priority
-    user: str | None = None  # whose share it counts against, with --scheduling-policy fair
-    client: str | None = None  # where it came from (the peer's address): whose share of the grammar compiles
+    options: RequestOptions = PLAIN
 
 
 class AbortRequests(msgspec.Struct, array_like=True, tag=True):

@@ -92,18 +92,15 @@ class EngineCore:
             raise InvalidRequestError(f"request id {new.request_id!r} is already in use", param="request_id")
         if self.asleep:
             raise InvalidRequestError("the engine is asleep: wake it up first")
-        request = Request(
-            new.request_id, new.prompt_token_ids, new.params, new.arrival_time, lora=new.lora,
-            priority=new.priority, user=new.user,
-        )  # fmt: skip
-        if new.lora is not None:
+        request = Request(new.request_id, new.prompt_token_ids, new.params, new.arrival_time, options=new.options)
+        if request.lora is not None:
             if self.lora is None:
-                message = f"adapter {new.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)"
+                message = f"adapter {request.lora.name!r} was asked for, but LoRA is off (start with --enable-lora)"
                 raise InvalidRequestError(message, param="model")
             self.lora.add(request)  # raises (nothing held) when the adapter cannot be read
         if new.params.structured_outputs is not None:
             # The compile's client: its user, or where it came from (bounded shares of the compiles).
-            self.grammars.add(request, new.user or new.client)
+            self.grammars.add(request, new.options.compile_client)
         seq = Sequence(next(self._seq_ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.requests[request.request_id] = request

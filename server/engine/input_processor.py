@@ -8,13 +8,13 @@ import time
 from dataclasses import dataclass
 
 from argosy.server.engine.core_protocol import EngineCoreRequest
+from argosy.server.engine.request_options import PLAIN, RequestOptions
 from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
 from argosy.server.exceptions import InvalidRequestError
-from argosy.server.lora.request import AdapterRef
 from argosy.server.models.default_model import resolve_model_path
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.sampling_params import INT64, SamplingParams
-from argosy.server.scheduling.policy import MAX_USER_LENGTH, SchedulingPolicy
+from argosy.server.sampling_params import SamplingParams
+from argosy.server.scheduling.policy import SchedulingPolicy
 from argosy.server.text.tokenizer import Tokenizer
 
 
@@ -77,29 +77,12 @@ class InputProcessor:
         params: SamplingParams,
         arrival_time: float | None = None,
         add_special_tokens: bool = True,
-        lora: AdapterRef | None = None,
-        priority: int = 0,
-        user: str | None = None,
-        client: str | None = None,
+        options: RequestOptions = PLAIN,
     ) -> NewRequest:
         """Raises InvalidRequestError, naming the field, when the request cannot be served.
-        A rendered chat prompt has its special tokens already (add_special_tokens=False);
-        `lora`: the adapter it runs with; `priority` and `user`: its place under the priority and
-        fair scheduling policies; `client`: where it came from, whose share of the grammar compiles
-        it takes when it has no `user`."""
+        A rendered chat prompt has its special tokens already (add_special_tokens=False)."""
         params.validate()
-        if not (isinstance(priority, int) and -INT64 <= priority < INT64):
-            raise InvalidRequestError(
-                f"priority must be an integer in [-2^63, 2^63), got {priority!r}", param="priority"
-            )
-        if user is not None and not (isinstance(user, str) and len(user) <= MAX_USER_LENGTH):
-            raise InvalidRequestError(f"user must be a string of at most {MAX_USER_LENGTH} characters", param="user")
-        if priority != 0 and self.scheduling_policy != "priority":
-            raise InvalidRequestError(
-                f"priority {priority} is only served with --scheduling-policy priority (this server schedules "
-                f"{self.scheduling_policy})",
-                param="priority",
-            )
+        options.check(self.scheduling_policy)
         text = prompt if isinstance(prompt, str) else None
         if text is not None and (fewest := self.tokenizer.fewest_tokens(text)) >= self.max_model_len:
             raise InvalidRequestError(  # certain from its length alone: not worth tokenizing
@@ -110,7 +93,7 @@ class InputProcessor:
         token_ids = self.tokenizer.encode(text, add_special_tokens) if text is not None else list(prompt)
         self._check(token_ids, params)
         arrival = arrival_time or time.monotonic()
-        core = EngineCoreRequest(request_id, token_ids, params, arrival, lora, priority, user, client)
+        core = EngineCoreRequest(request_id, token_ids, params, arrival, options)
         return NewRequest(core, text)
 
     def _check(self, token_ids: list[int], params: SamplingParams) -> None:

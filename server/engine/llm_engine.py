@@ -13,6 +13,7 @@ from argosy.server.engine.core_protocol import failure_error
 from argosy.server.engine.engine_core import EngineCore
 from argosy.server.engine.input_processor import InputProcessor, NewRequest
 from argosy.server.engine.output_processor import OutputProcessor
+from argosy.server.engine.request_options import RequestOptions
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.lora.registry import AdapterRegistry
@@ -52,9 +53,8 @@ class LLMEngine:
         """Queues a prompt (text, or token ids). Raises InvalidRequestError, with nothing
         allocated, when the request cannot be served. `user`: whose share it counts against
         under the fair policy."""
-        lora = self.adapter_for(lora_request)
-        place = {"priority": priority, "user": user}
-        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, lora=lora, **place))
+        options = RequestOptions(self.adapter_for(lora_request), priority, user)
+        self.enqueue(self.inputs.make_request(request_id, prompt, params, arrival_time, options=options))
 
     def adapter_for(self, lora_request: LoRARequest | None) -> AdapterRef | None:
         """The adapter a LoRARequest names, registered at its first use (or when its folder

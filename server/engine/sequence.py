@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from argosy.server.engine.request_options import PLAIN, RequestOptions
 from argosy.server.lora.request import AdapterRef
 from argosy.server.sampling_params import SamplingParams
 
@@ -91,13 +92,23 @@ class Request:
     seqs: list[Sequence] = field(default_factory=list)
     first_scheduled_time: float | None = None
     num_cached_tokens: int = 0
-    lora: AdapterRef | None = None  # the adapter it runs with (None: the base model)
+    options: RequestOptions = PLAIN  # its adapter, priority, user and client, as it arrived
     lora_slot: int | None = None  # the adapter's device slot, held from its first admission to its end
     waiting_for_grammar: bool = False  # its constraint's grammar is still compiling: not admitted yet
-    priority: int = 0  # with the priority policy: lower runs first
-    user: str | None = None  # with the fair policy: whose share it counts against
     arrival_no: int = 0  # its place in the order of arrival, and the scheduler's step then:
     arrival_step: int = 0  # set when it is first queued
+
+    @property
+    def lora(self) -> AdapterRef | None:
+        return self.options.lora
+
+    @property
+    def priority(self) -> int:
+        return self.options.priority
+
+    @property
+    def user(self) -> str | None:
+        return self.options.user
 
     @property
     def hash_seed(self) -> bytes | None:

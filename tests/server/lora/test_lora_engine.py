@@ -159,11 +159,12 @@ def test_adapter_requests_are_refused_with_lora_off_or_a_bad_folder(llama_checkp
 
 def test_a_failed_step_leaves_no_slot_claiming_an_adapter_it_may_not_hold(llama_checkpoint, adapters, monkeypatch):
     from argosy.server.engine.core_protocol import EngineCoreRequest
+    from argosy.server.engine.request_options import RequestOptions
 
     llm = tiny_llm(llama_checkpoint, enable_lora=True, max_loras=1)
     core = llm.engine.core
     ref = llm.engine.adapter_for(adapters[0])
-    core.add_request(EngineCoreRequest("r", PROMPTS[0], GREEDY, 0.0, ref))
+    core.add_request(EngineCoreRequest("r", PROMPTS[0], GREEDY, 0.0, RequestOptions(ref)))
 
     def broken(plan):
         raise RuntimeError("the device failed")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 from argosy.server.engine.kv_cache_manager import KVCacheManager
+from argosy.server.engine.request_options import RequestOptions
 from argosy.server.engine.scheduler import Scheduler
 from argosy.server.engine.sequence import Request, Sequence
 from argosy.server.kv_tier.host_pool import HostBlockPool
@@ -43,7 +44,9 @@ class Simulation:
     ) -> Sequence:
         """`prompt`: its tokens (else `prompt_len` sevens)."""
         prompt = prompt if prompt is not None else [7] * prompt_len
-        request = Request(name, prompt, SamplingParams(max_tokens=max_tokens), priority=priority, user=user)
+        request = Request(
+            name, prompt, SamplingParams(max_tokens=max_tokens), options=RequestOptions(None, priority, user)
+        )
         seq = Sequence(next(self._ids), request, 0, request.prompt_token_ids)
         request.seqs.append(seq)
         self.scheduler.add(seq)
