@@ -12,6 +12,8 @@ from typing import Literal
 
 from argosy.flags import literal_choices, setting
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
+from argosy.server.kv_connector.config import KVTransferConfig
+from argosy.server.kv_connector.factory import connector_class
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.scheduling.policy import SchedulingPolicy
 from argosy.server.spec_decode.config import SpeculativeConfig
@@ -84,6 +86,12 @@ class EngineConfig:
         "GiB of host memory for a second KV tier: blocks the device evicts (a preempted sequence's too) are kept "
         "there and loaded back instead of recomputed; needs prefix caching; not with a draft model; 0: off",
     )
+    kv_transfer_config: str | None = setting(
+        None,
+        'a KV connector, as JSON in vLLM\'s shape: {"kv_connector": NAME, "kv_role": "kv_both", '
+        '"kv_connector_extra_config": {...}, "kv_connector_module_path": MODULE} (LLM(kv_transfer_config=) takes '
+        'the dict too); built in: HostTierConnector ({"swap_space": GiB}, what --swap-space sets)',
+    )
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
     seed: int = setting(0, "seed of unseeded sampling")
     attention_backend: AttentionBackendName = setting(
@@ -127,6 +135,14 @@ class EngineConfig:
     def executor_backend(self) -> ExecutorBackend:
         """distributed_executor_backend, settled: mp with more than one rank."""
         return self.distributed_executor_backend or ("mp" if self.tensor_parallel_size > 1 else "uni")
+
+    @functools.cached_property
+    def kv_transfer(self) -> KVTransferConfig | None:
+        """The KV connector, parsed: kv_transfer_config's, or the host tier --swap-space asks for."""
+        if self.swap_space:
+            extra = {"swap_space": self.swap_space}
+            return KVTransferConfig("HostTierConnector", "kv_both", extra)
+        return KVTransferConfig.parse(self.kv_transfer_config)
 
     @functools.cached_property
     def speculative(self) -> SpeculativeConfig | None:
@@ -191,10 +207,20 @@ class EngineConfig:
         why = None
         if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, int | float) or self.swap_space < 0:
             why = f"swap_space must be a number of GiB, 0 or more, got {self.swap_space!r}"
-        elif self.swap_space and not self.enable_prefix_caching:
-            why = "swap_space needs prefix caching: the host tier finds blocks by the prefix cache's hashes"
-        elif self.swap_space and spec is not None and spec.method == "draft_model":
-            why = "swap_space does not keep a draft model's KV cache: use it with ngram speculation or none"
+        if self.swap_space and self.kv_transfer_config is not None:
+            raise InvalidRequestError(
+                "swap_space and kv_transfer_config both name a KV connector: give one", param="kv_transfer_config"
+            )
+        connector = self.kv_transfer
+        if why is None and connector is not None:
+            name = "swap_space" if self.swap_space else "kv_transfer_config"
+            connector_class(connector)  # refused here, naming the field, if bad
+            if not self.enable_prefix_caching:
+                why = f"{name} needs prefix caching: a KV connector finds blocks by the prefix cache's hashes"
+            elif spec is not None and spec.method == "draft_model":
+                why = f"{name} does not keep a draft model's KV cache: use it with ngram speculation or none"
+            if why is not None:
+                raise InvalidRequestError(why, param=name)
         if why is not None:
             raise InvalidRequestError(why, param="swap_space")
 

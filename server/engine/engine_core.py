@@ -29,7 +29,8 @@ from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.backends import make_executor
 from argosy.server.executor.executor import Executor
 from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
-from argosy.server.kv_tier.host_pool import HostBlockPool
+from argosy.server.kv_connector.factory import connector_class
+from argosy.server.kv_tier.tier_scheduler import HostTierScheduler
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.lora.request import AdapterRef
@@ -64,8 +65,12 @@ class EngineCore:
                 config.structured_outputs_max_whitespace,
             )
         )
-        host = HostBlockPool(self.device.num_host_blocks) if self.device.num_host_blocks else None
-        self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching, host)
+        connector = None
+        if (transfer := config.kv_transfer) is not None:
+            connector = connector_class(transfer).scheduler(
+                transfer, self.device.kv_connector_blocks, config.block_size
+            )
+        self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching, connector)
         self.lora = None
         if config.enable_lora:
             adapters = AdapterHostCache(self.executor, config.max_cpu_loras or config.max_loras)
@@ -195,7 +200,7 @@ class EngineCore:
         self._check_grammars()
         scheduled = self.scheduler.schedule()
         if not scheduled.has_work:
-            if self.grammars.device_busy:  # a step with nothing to compute carries and polls them
+            if self.grammars.device_busy or self.scheduler.loading:  # a step with nothing to compute polls them
                 self._execute(self.planner.plan(scheduled, [], {}))
             elif self.grammars.proving:  # nothing else to run: a moment for the compiles, then the loop goes on
                 self.grammars.wait(GRAMMAR_POLL_SECONDS)
@@ -229,6 +234,8 @@ class EngineCore:
         for failure in self.grammars.device_side(result):
             self.abort(failure.request_id)
             self._failed.append(failure)
+        if result.kv_connector is not None:
+            self.scheduler.kv_loads_done(result.kv_connector)
         return result
 
     def _kept(self, scheduled: SchedulerOutput, plan: StepPlan, result: StepResult) -> list[int] | None:
@@ -326,7 +333,7 @@ class EngineCore:
             num_preemptions=self.scheduler.num_preemptions,
             preemptions=dict(self.scheduler.preemptions),
             recomputed_tokens=self.scheduler.recomputed_tokens,
-            kv_host=None if self.kv.host is None else self.kv.host.stats(),
+            kv_host=self.kv.connector.stats() if isinstance(self.kv.connector, HostTierScheduler) else None,
             lora=None if self.lora is None else self._lora_stats(),
             grammar_compile_seconds=self.grammars.compiler.take_compile_seconds(),
             spec_decode=None if self.speculator is None else self.speculator.snapshot(),

@@ -1,8 +1,8 @@
 """KVCacheManager: gives each sequence the blocks its tokens need, through the BlockPool.
 
-It finds a new sequence's longest cached prefix (on the device, then, with a host tier, the
-blocks after it held in host memory, which are loaded into new blocks), takes blocks on demand
-as tokens arrive,
+It finds a new sequence's longest cached prefix (on the device, then, with a KV connector, the
+blocks after it that the connector can supply, which it loads into new blocks), takes blocks on
+demand as tokens arrive,
 copies a shared block before a sequence writes into it (copy-on-write), registers blocks
 in the prefix cache as they fill (only with tokens kept: never one a step computed and then
 dropped), gives back the blocks past a length, and returns every block when a sequence leaves.
@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from typing import TYPE_CHECKING
 
 from argosy.server.engine.block_pool import BlockPool
 from argosy.server.engine.sequence import Sequence
-from argosy.server.kv_tier.host_pool import HostBlockPool
+from argosy.server.kv_connector.base import ConnectorScheduler
+from argosy.server.kv_connector.output import KVConnectorOutput
+
+if TYPE_CHECKING:
+    from argosy.server.kv_connector.metadata import KVConnectorMeta
 
 
 def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:
@@ -28,16 +33,20 @@ def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:
 
 class KVCacheManager:
     def __init__(
-        self, num_blocks: int, block_size: int, enable_prefix_caching: bool, host: HostBlockPool | None = None
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool,
+        connector: ConnectorScheduler | None = None,
     ):
         self.block_size = block_size
-        self.host = host  # the second tier, whose blocks are found by the prefix cache's hashes
-        self.pool = BlockPool(num_blocks, enable_prefix_caching, None if host is None else host.store)
+        self.connector = connector  # whose blocks are found by the prefix cache's hashes
+        self.pool = BlockPool(num_blocks, enable_prefix_caching, None if connector is None else connector.on_evict)
         self.enable_prefix_caching = enable_prefix_caching
         self._pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
-        # Blocks being loaded from the host tier this step, registered in the prefix cache once
-        # the step's plan is made: no sequence of the same step may read them as hits.
-        self._loading: list[tuple[int, bytes]] = []
+        # By sequence: the sequence, the first block of its table being loaded, and the blocks;
+        # they join the prefix cache once their loads are reported done.
+        self._loading: dict[int, tuple[Sequence, int, list[int]]] = {}
         self.prefix_cache_queries = 0  # tokens looked up
         self.prefix_cache_hits = 0  # tokens found
 
@@ -69,13 +78,12 @@ class KVCacheManager:
             hits.append(block_id)
         return hits
 
-    def host_prefix(self, seq: Sequence, num_cached_blocks: int) -> list[bytes]:
-        """The hashes of the blocks after the device's hits that the host tier holds (with
-        the same bound: at least one token is left to compute)."""
-        if self.host is None:
-            return []
-        hashes = seq.block_hashes[num_cached_blocks : (seq.num_tokens - 1) // self.block_size]
-        return hashes[: self.host.hits(hashes)]
+    def external_prefix(self, seq: Sequence, num_cached_blocks: int) -> int:
+        """How many blocks after the device's hits the connector can supply (with the same bound:
+        at least one token is left to compute)."""
+        if self.connector is None:
+            return 0
+        return self.connector.get_num_new_matched_tokens(seq, num_cached_blocks) // self.block_size
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int, num_cached_blocks: int = 0, num_loaded: int = 0) -> int:
         hit = num_cached_blocks + num_loaded
@@ -84,11 +92,9 @@ class KVCacheManager:
         needed = -(-(computed + num_new_tokens) // self.block_size) - table_len + num_loaded
         return needed + int(self._shared_block(seq) is not None)
 
-    def can_allocate(
-        self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int], loaded: list[bytes] = ()
-    ) -> bool:
+    def can_allocate(self, seq: Sequence, num_new_tokens: int, cached_blocks: list[int], num_loaded: int = 0) -> bool:
         """Whether `allocate` would find the blocks (it changes nothing)."""
-        needed = self.blocks_needed(seq, num_new_tokens, len(cached_blocks), len(loaded))
+        needed = self.blocks_needed(seq, num_new_tokens, len(cached_blocks), num_loaded)
         return needed <= self._available(cached_blocks)
 
     def allocate(
@@ -96,24 +102,24 @@ class KVCacheManager:
         seq: Sequence,
         num_new_tokens: int,
         cached_blocks: list[int] | None = None,
-        loaded: list[bytes] = (),
+        num_loaded: int = 0,
     ) -> bool:
         """Makes room for the next `num_new_tokens` tokens of `seq`, first adopting
-        `cached_blocks` and then new blocks into which the host tier loads the blocks of hashes
-        `loaded` (a prefix hit for a sequence with no blocks yet). Returns False, changing
+        `cached_blocks` and then `num_loaded` new blocks into which the connector loads the blocks
+        after them (a prefix hit for a sequence with no blocks yet). Returns False, changing
         nothing, when too few blocks are free."""
         # Most decodes: the token fits the blocks the sequence has, and none must be copied first.
         fits = seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size
-        if fits and not cached_blocks and not loaded and self._shared_block(seq) is None:
+        if fits and not cached_blocks and not num_loaded and self._shared_block(seq) is None:
             return True
         cached_blocks = cached_blocks or []
-        if not self.can_allocate(seq, num_new_tokens, cached_blocks, loaded):
+        if not self.can_allocate(seq, num_new_tokens, cached_blocks, num_loaded):
             return False
-        if cached_blocks or loaded:
+        if cached_blocks or num_loaded:
             self.pool.share(cached_blocks)
             seq.block_table = list(cached_blocks)
-            if loaded:
-                seq.block_table.extend(self._load(loaded))
+            if num_loaded:
+                self._load(seq, num_loaded)
             seq.num_computed_tokens = len(seq.block_table) * self.block_size
             _changed(seq, 0)
         if (shared := self._shared_block(seq)) is not None:
@@ -130,39 +136,54 @@ class KVCacheManager:
             seq.block_table.extend(self.pool.allocate(missing))
         return True
 
-    def _load(self, hashes: list[bytes]) -> list[int]:
-        """New blocks that the host tier fills with the blocks of `hashes`."""
-        self.host.lock(hashes)  # before the blocks are taken: their evictions must not displace these
-        block_ids = self.pool.allocate(len(hashes))
-        for block_hash, block_id in zip(hashes, block_ids):
-            self.host.load(block_hash, block_id)
-            self._loading.append((block_id, block_hash))
-        return block_ids
+    def _load(self, seq: Sequence, count: int) -> None:
+        """`count` new blocks at the end of the sequence's table, which the connector fills."""
+        first = len(seq.block_table)
+        block_ids = self.pool.allocate(count)
+        seq.block_table.extend(block_ids)
+        self.connector.update_state_after_alloc(seq, block_ids)
+        self._loading[seq.seq_id] = (seq, first, block_ids)
 
-    def take_host_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The step's copies to the host tier and back, (device block, slot) and (slot, device
-        block), handed over once; the loaded blocks join the prefix cache now."""
-        if self.host is None:
-            return [], []
-        for block_id, block_hash in self._loading:
-            if self.pool.ref_count(block_id) > 0:
-                self.pool.register(block_id, block_hash)
-        self._loading = []
-        return self.host.take_copies()
+    def take_connector_meta(self) -> KVConnectorMeta | None:
+        """The step's transfers, for the plan; handed over once."""
+        return None if self.connector is None else self.connector.build_connector_meta()
+
+    def take_connector_output(self, output: KVConnectorOutput) -> list[tuple[Sequence, int, int]]:
+        """Takes a step's report of the connector: the sequences whose loads ended, each computing
+        again from its first block that failed (if one did), with the tokens loaded and those lost;
+        the blocks loaded join the prefix cache."""
+        self.connector.update_connector_output(output)
+        failed, ended = set(output.failed_blocks), []
+        for seq_id in output.finished_loads:
+            if seq_id not in self._loading:  # it left while loading
+                continue
+            seq, first, block_ids = self._loading.pop(seq_id)
+            loaded = next((i for i, block_id in enumerate(block_ids) if block_id in failed), len(block_ids))
+            for index, block_id in enumerate(block_ids[:loaded], start=first):
+                if self.pool.blocks[block_id].block_hash is None:
+                    self.pool.register(block_id, seq.block_hashes[index])
+            lost = max(0, seq.num_computed_tokens - (first + loaded) * self.block_size)
+            seq.num_computed_tokens -= lost
+            ended.append((seq, loaded * self.block_size, lost))
+        return ended
 
     def reset_cache(self) -> bool:
-        """Forgets every cached block, in both tiers; False, changing nothing, while any block is in use."""
+        """Forgets every cached block, on the device and the connector's; False, changing nothing,
+        while any block is in use."""
         if not self.pool.reset_cache():
             return False
-        if self.host is not None:
-            self.host.clear()
+        if self.connector is not None:
+            self.connector.reset()
         return True
 
-    def count_prefix_query(self, num_tokens: int, num_hit_tokens: int, num_host_hit_tokens: int = 0) -> None:
+    def count_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
         self.prefix_cache_queries += num_tokens
         self.prefix_cache_hits += num_hit_tokens
-        if self.host is not None:
-            self.host.hit_tokens += num_host_hit_tokens
+
+    def count_loaded(self, num_tokens: int) -> None:
+        """Prompt tokens the connector supplied (beside the prefix cache's hits)."""
+        if num_tokens:
+            self.connector.count_hits(num_tokens)
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Registers every block whose tokens have all been computed and kept (are the
@@ -193,6 +214,8 @@ class KVCacheManager:
         _changed(child, 0)
 
     def free(self, seq: Sequence) -> None:
+        if self._loading.pop(seq.seq_id, None) is not None:
+            self.connector.request_finished(seq)
         self.pool.release(list(reversed(seq.block_table)))
         seq.block_table = []
         _changed(seq, 0)

@@ -11,9 +11,11 @@ its place, until one idles; the ones behind it may go first. So is a sequence wh
 still compiling. With speculative decoding, a running decode computes its last token and the
 drafts the Speculator proposes, if their blocks are free; otherwise it decodes plainly. A draft
 model's proposals, written on the device after sampling, take slots past those (lookahead),
-when free; unkept, they go back with the refused drafts' slots. With a host tier, a waiting
-sequence whose next blocks are held in host memory is admitted with them: they are loaded into
-its new blocks during the step, and it computes from the next step on, holding up no one."""
+when free; unkept, they go back with the refused drafts' slots. With a KV connector (the host
+tier is one), a waiting sequence whose next blocks the connector can supply is admitted with
+them: it holds its seat and its blocks but computes nothing, and is never preempted, until the
+step results report its loads done (one step for the host tier, several for a slower connector),
+holding up no one; a load that failed leaves it to compute those blocks again."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from collections import deque
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from argosy.server.engine.sequence import Sequence, SequenceStatus
+from argosy.server.kv_connector.output import KVConnectorOutput
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.scheduling.policy import MIN_RUN_STEPS, SchedulingPolicy
 from argosy.server.scheduling.waiting_queue import FairQueue, WaitingQueue
@@ -77,7 +80,8 @@ class Scheduler:
         place = self.waiting.place
         jumping = self._preempt_for_priority(out) if self.policy == "priority" else None
         # Victims are taken from the back: under priorities, the running sequence furthest behind.
-        queue = deque(sorted(self.running, key=place) if self.policy == "priority" else self.running)
+        running = [seq for seq in self.running if not seq.loading_kv]  # a loading sequence waits for its blocks
+        queue = deque(sorted(running, key=place) if self.policy == "priority" else running)
         speculating = self.speculator is not None and self.speculator.active(len(self.running))
         memory_short = False
         while queue and budget > 0:
@@ -110,8 +114,23 @@ class Scheduler:
         if not memory_short:
             budget = self._admit(out, budget, jumping)
         out.blocks_to_copy = self.kv.take_pending_copies()
-        out.host_stores, out.host_loads = self.kv.take_host_copies()
+        out.kv_connector = self.kv.take_connector_meta()
         return out
+
+    @property
+    def loading(self) -> bool:
+        """A sequence waits for its blocks to load."""
+        return any(seq.loading_kv for seq in self.running)
+
+    def kv_loads_done(self, output: KVConnectorOutput) -> None:
+        """A step's report of the connector: the sequences whose loads ended compute from the next step."""
+        for seq, loaded, lost in self.kv.take_connector_output(output):
+            seq.loading_kv = False
+            if seq.preempted:
+                self.recomputed_tokens += lost
+            else:
+                self.kv.count_loaded(loaded)
+                seq.request.num_cached_tokens -= lost
 
     def _admit(self, out: SchedulerOutput, budget: int, jumping: Sequence | None = None) -> int:
         """Admits waiting sequences in order while they fit; after `jumping`, none."""
@@ -127,13 +146,13 @@ class Scheduler:
             num_new = _first_chunk(loaded, remaining, budget)
             if not self.kv.allocate(seq, num_new, cached, loaded):
                 break
+            seq.loading_kv = loaded > 0
             if self.adapters is not None:
                 self.adapters.admit(seq.request)
             if seq.preempted:  # a recomputation finding its own blocks is no cache hit
                 self.recomputed_tokens += max(0, seq.num_computed_before_preemption - seq.num_computed_tokens)
-            else:
-                host_tokens = len(loaded) * self.kv.block_size
-                self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens - host_tokens, host_tokens)
+            else:  # the loaded tokens count as hits once their loads are done
+                self.kv.count_prefix_query(seq.num_tokens, seq.num_computed_tokens - loaded * self.kv.block_size)
                 seq.request.num_cached_tokens = seq.num_computed_tokens
             reserved += seq.request.num_pending_forks
             self.waiting.remove(seq)
@@ -150,12 +169,12 @@ class Scheduler:
         """Seats for the siblings that running requests with n > 1 fork once their prompt is done."""
         return sum(seq.request.num_pending_forks for seq in self.running)
 
-    def _uncached(self, seq: Sequence) -> tuple[list[int], list[bytes], int]:
-        """The cached blocks of a waiting sequence's prefix, the hashes of the blocks after them
-        in the host tier, and the tokens left to compute."""
+    def _uncached(self, seq: Sequence) -> tuple[list[int], int, int]:
+        """The cached blocks of a waiting sequence's prefix, how many blocks after them the KV
+        connector can supply, and the tokens left to compute."""
         cached = self.kv.cached_prefix(seq)
-        loaded = self.kv.host_prefix(seq, len(cached))
-        return cached, loaded, seq.num_tokens - (len(cached) + len(loaded)) * self.kv.block_size
+        loaded = self.kv.external_prefix(seq, len(cached))
+        return cached, loaded, seq.num_tokens - (len(cached) + loaded) * self.kv.block_size
 
     def _has_seat(self, seq: Sequence, reserved: int) -> bool:
         return len(self.running) + reserved + 1 + seq.request.num_pending_forks <= self.max_num_seqs
@@ -175,7 +194,11 @@ class Scheduler:
         if first is None or not any(place(seq) > place(first) for seq in self.running):
             return None
         while not (self._has_seat(first, self._reserved_seats()) and self._has_blocks(first)):
-            victims = [seq for seq in self.running if place(seq) > place(first) and self._may_preempt(seq)]
+            victims = [
+                seq
+                for seq in self.running
+                if place(seq) > place(first) and self._may_preempt(seq) and not seq.loading_kv
+            ]
             if not victims:
                 return None
             victim = max(victims, key=place)
@@ -236,7 +259,7 @@ class Scheduler:
         return finished
 
 
-def _first_chunk(loaded: list[bytes], remaining: int, budget: int) -> int:
+def _first_chunk(loaded: int, remaining: int, budget: int) -> int:
     """The tokens a waiting sequence computes in its first step: none while its blocks load
-    from the host tier (it computes from the next step)."""
+    through the KV connector (it computes once they are done)."""
     return 0 if loaded else min(remaining, budget)

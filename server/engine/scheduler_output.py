@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from argosy.server.engine.sequence import Sequence
+from argosy.server.kv_connector.metadata import KVConnectorMeta
 
 
 class ScheduledSequence:
@@ -28,10 +29,9 @@ class SchedulerOutput:
     scheduled: list[ScheduledSequence] = field(default_factory=list)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
     preempted: list[Sequence] = field(default_factory=list)
-    host_stores: list[tuple[int, int]] = field(default_factory=list)  # (device block, host slot), first
-    host_loads: list[tuple[int, int]] = field(default_factory=list)  # (host slot, device block), then
+    kv_connector: KVConnectorMeta | None = None  # the KV connector's transfers
 
     @property
     def has_work(self) -> bool:
-        """A forward pass to run, or copies to make."""
-        return bool(self.scheduled or self.host_stores or self.host_loads)
+        """A forward pass to run, or transfers to make."""
+        return bool(self.scheduled or self.kv_connector is not None)

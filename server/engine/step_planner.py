@@ -69,7 +69,7 @@ class StepPlanner:
             logits_row += 1 + len(draft)
         adapters = self.scheduler.adapters
         loads = [] if adapters is None else [(slot, ref.digest) for slot, ref in adapters.slots.take_loads()]
-        return StepPlan(new, finished, chunks, out.blocks_to_copy, samples, loads, out.host_stores, out.host_loads)
+        return StepPlan(new, finished, chunks, out.blocks_to_copy, samples, loads, out.kv_connector)
 
 
 def _slot(request: Request) -> int:

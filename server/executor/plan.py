@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import msgspec
 
+from argosy.server.kv_connector.metadata import KVConnectorMeta
+from argosy.server.kv_connector.output import KVConnectorOutput
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.structured.params import StructuredOutputsParams
 
@@ -55,10 +57,8 @@ class StepPlan(msgspec.Struct, array_like=True):
     samples: list[SampleRow]
     # (slot, digest): adapters to copy into device slots, from host memory, before the forward pass.
     lora_loads: list[tuple[int, str]] = []
-    # The host KV tier's copies, before the block copies: (device block, slot) stored, then
-    # (slot, device block) loaded.
-    host_stores: list[tuple[int, int]] = []
-    host_loads: list[tuple[int, int]] = []
+    # The KV connector's transfers (the host tier's copies), started before the block copies.
+    kv_connector: KVConnectorMeta | None = None
     # Constraints whose grammars the device side compiles now, for requests the engine admits once
     # their compile is reported: each is known to compile within the time limit.
     grammars: list[StructuredOutputsParams] = []
@@ -85,6 +85,7 @@ class StepResult(msgspec.Struct, array_like=True):
     drafts: list[list[int]] = []  # the draft model's proposals, per row (none past the list's end)
     grammars_ready: list[str] = []  # keys of the plans' grammars compiled since the last result
     grammar_errors: dict[str, str] = {}  # and of those that failed, why
+    kv_connector: KVConnectorOutput | None = None  # the loads the KV connector finished (or failed)
 
 
 class DeviceReady(msgspec.Struct, array_like=True):
@@ -92,4 +93,4 @@ class DeviceReady(msgspec.Struct, array_like=True):
 
     num_blocks: int  # KV-cache blocks for the sequences
     startup: str  # the start-up report's line: device, backend, graphs, memory, phase times
-    num_host_blocks: int = 0  # slots of the host KV tier (0: none)
+    kv_connector_blocks: int = 0  # the KV connector's blocks, as its worker half sized them (the host tier's slots)

@@ -16,7 +16,6 @@ import torch
 
 from argosy.kernels.attention_backend import select_backend
 from argosy.server.engine_config import EngineConfig
-from argosy.server.kv_tier.host_cache import HostKVCache
 from argosy.server.lora.device_weights import LoRAContext, LoRAWeights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
@@ -63,7 +62,6 @@ class ModelRunner:
         self.asleep = 0  # the sleep level: 0 awake, 1 without KV cache, 2 without weights either
         self._load(model_config)
         self.kv_cache = self._empty_cache(0)
-        self.host_cache: HostKVCache | None = None  # the host KV tier, with swap space
 
     def _load(self, cfg: ModelConfig) -> None:
         """The model from `cfg`'s checkpoint (cfg.path: where the weights serving come from),
@@ -110,15 +108,11 @@ class ModelRunner:
         self.num_blocks = num_blocks
         self.kv_cache = self._empty_cache(num_blocks + self.reserved_blocks)
 
-    def allocate_host_cache(self, num_slots: int) -> None:
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        """One block of every layer's K and V: [layers, 2, block_size, kv_heads, head_dim]."""
         cfg = self.kv_config
-        block_shape = (cfg.num_layers, 2, self.block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.host_cache = HostKVCache(num_slots, block_shape, self.dtype, self.device)
-
-    @torch.inference_mode()
-    def copy_host_blocks(self, stores: list[tuple[int, int]], loads: list[tuple[int, int]]) -> None:
-        if self.host_cache is not None:
-            self.host_cache.copy(self.kv_cache, stores, loads)
+        return cfg.num_layers, 2, self.block_size, cfg.num_kv_heads, cfg.head_dim
 
     def update_weights(self, path: str) -> None:
         """The checkpoint at `path` serves from now on; raises CheckpointError, changing nothing,

@@ -17,6 +17,8 @@ import torch
 
 from argosy.server.engine_config import EngineConfig, EngineLimits, tokenizer_path
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
+from argosy.server.kv_connector.base import ConnectorWorker
+from argosy.server.kv_connector.factory import connector_class
 from argosy.server.lora.adapter_folder import AdapterError
 from argosy.server.lora.peft_adapter import LoRAAdapter, read_adapter
 from argosy.server.lora.request import AdapterRef
@@ -69,6 +71,7 @@ class Worker:
         self.adapters: dict[str, LoRAAdapter] = {}  # in host memory, by digest, as the engine keeps them
         self.draft: DraftModel | None = None  # with draft-model speculation, on rank 0, once started
         self.report: StartupReport | None = None  # what start settled, once started
+        self.kv_connector: ConnectorWorker | None = None  # its worker half, with a KV connector, once started
 
     def start(self) -> DeviceReady:
         config, limits, device, shards = self.config, self.limits, self.device, self.shards
@@ -92,10 +95,11 @@ class Worker:
         num_blocks = shards.min_over_ranks(num_blocks)  # the same block ids on every rank
         for each in runners:
             each.allocate_kv_cache(num_blocks)
-        num_host_blocks = int(config.swap_space * (1 << 30)) // block_bytes
-        if num_host_blocks:
-            runner.allocate_host_cache(num_host_blocks)
-            log.info("host KV tier: %d blocks, %.2f GiB", num_host_blocks, runner.host_cache.nbytes / (1 << 30))
+        connector_blocks = 0
+        if (transfer := config.kv_transfer) is not None:
+            made = connector_class(transfer).worker(transfer, block_bytes, runner.block_shape, dtype, device)
+            self.kv_connector, connector_blocks = made
+            log.info("KV connector %s: %d blocks", transfer.kv_connector, connector_blocks)
         clock.lap("kv_cache")
         for each in runners:
             each.warm_up()
@@ -119,7 +123,7 @@ class Worker:
         )
         if self.driver:
             log.info(report.line())
-        return DeviceReady(num_blocks, report.line(), num_host_blocks)
+        return DeviceReady(num_blocks, report.line(), connector_blocks)
 
     def execute(self, plan: StepPlan) -> StepResult | None:
         """The step's result on rank 0; None on the others (they only compute)."""
@@ -135,6 +139,8 @@ class Worker:
             result = self.sample(plan, chunks, logits, self.states, self.draft)
         wait = GRAMMAR_WAIT_SECONDS if not plan.chunks and not plan.new_sequences else 0.0
         result.grammars_ready, result.grammar_errors = self.grammars.finished(wait)
+        if self.kv_connector is not None:
+            result.kv_connector = self.kv_connector.finished()
         return result
 
     def _forward(self, plan: StepPlan) -> tuple[list[SequenceChunk], torch.Tensor] | None:
@@ -144,7 +150,9 @@ class Worker:
         states.apply(plan)
         for slot, digest in plan.lora_loads:
             self.runner.lora.load(slot, self.adapters[digest])
-        self.runner.copy_host_blocks(plan.host_stores, plan.host_loads)
+        if self.kv_connector is not None:
+            with torch.inference_mode():
+                self.kv_connector.start(self.runner.kv_cache, plan.kv_connector)
         if not plan.chunks:  # the step only loaded blocks for sequences that compute from the next
             return None
         chunks = []

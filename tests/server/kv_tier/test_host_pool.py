@@ -92,16 +92,16 @@ def test_a_returning_prompt_loads_its_evicted_blocks_and_computes_from_the_next_
     # Takes the free block, then first's, tail first: all but its first block leave the device.
     sim.add("other", 0, 1, prompt=distinct_prompt(2000, 7 * BLOCK))
     sim.run(2)
-    assert len(sim.kv.host) == 5 and sim.kv.host.stats().blocks_stored == 5
+    assert len(sim.kv.connector.pool) == 5 and sim.kv.connector.stats().blocks_stored == 5
     again = sim.add("again", 0, 1, prompt=first)
     ran = sim.step()
     assert again not in ran and again in sim.scheduler.running  # loading: a seat, no compute
-    assert len(sim.last.host_loads) == 5 and sim.last.has_work
+    assert len(sim.last.kv_connector.loads) == 5 and sim.last.has_work
     assert again.num_computed_tokens == 6 * BLOCK
     ran = sim.step()
     assert ran == [again] and sim.last.scheduled[0].num_new_tokens == 2
     assert again.request.num_cached_tokens == 6 * BLOCK
-    assert sim.kv.host.stats().hit_tokens == 5 * BLOCK and sim.kv.prefix_cache_hits == BLOCK
+    assert sim.kv.connector.stats().hit_tokens == 5 * BLOCK and sim.kv.prefix_cache_hits == BLOCK
 
 
 def test_a_preempted_sequence_recomputes_at_most_its_last_partial_block():
@@ -112,7 +112,7 @@ def test_a_preempted_sequence_recomputes_at_most_its_last_partial_block():
         sim.step()
     assert sim.scheduler.num_preemptions > 0
     assert 0 < sim.scheduler.recomputed_tokens <= sim.scheduler.num_preemptions * BLOCK
-    assert sim.kv.num_used_blocks == 0 and len(sim.kv.host) <= 64
+    assert sim.kv.num_used_blocks == 0 and len(sim.kv.connector.pool) <= 64
 
 
 def test_without_the_tier_a_preempted_sequence_recomputes_more():

@@ -35,7 +35,7 @@ def test_preemption_with_the_tier_keeps_outputs_identical_and_recomputes_at_most
     llm = tiered_llm(checkpoints[arch], 24, 256, max_num_batched_tokens=128)
     assert run(llm, requests) == expected
     core = llm.engine.core
-    scheduler, host = core.scheduler, core.kv.host.stats()
+    scheduler, host = core.scheduler, core.kv.connector.stats()
     assert scheduler.num_preemptions > 0 and host.blocks_loaded > 0
     assert scheduler.recomputed_tokens <= scheduler.num_preemptions * 16
     assert llm.stats().kv_blocks_used == 0 and host.blocks_used <= host.blocks_total == 256
@@ -72,7 +72,7 @@ def test_a_returning_prompt_finds_its_evicted_blocks_in_the_tier(llama_checkpoin
         assert again.outputs[0].token_ids == first.outputs[0].token_ids
         outcomes[host_blocks] = again.num_cached_tokens
         if host_blocks:
-            host = llm.engine.core.kv.host.stats()
+            host = llm.engine.core.kv.connector.stats()
             assert host.hit_tokens == 96 and host.blocks_loaded == 6
     assert outcomes == {0: 0, 64: 96}
 
@@ -86,7 +86,7 @@ def test_an_abort_while_blocks_load_returns_them(llama_checkpoint):
     engine.add_request("loading", CONVERSATION, params)
     assert engine.step() == []  # the step only loads its blocks
     core = engine.core
-    assert core.kv.host.stats().blocks_loaded == 6 and core.num_requests() == (0, 1)
+    assert core.kv.connector.stats().blocks_loaded == 6 and core.num_requests() == (0, 1)
     engine.abort("loading")
     assert llm.stats().kv_blocks_used == 0
     again = llm.generate({"prompt_token_ids": CONVERSATION}, params)[0]
@@ -97,8 +97,8 @@ def test_resetting_the_prefix_cache_empties_the_tier_too(llama_checkpoint):
     llm = tiered_llm(llama_checkpoint, 30, 64)
     llm.generate({"prompt_token_ids": CONVERSATION}, SamplingParams(max_tokens=2))
     evict_with_other_prompts(llm)
-    assert len(llm.engine.core.kv.host) > 0
-    assert llm.reset_prefix_cache() is True and len(llm.engine.core.kv.host) == 0
+    assert len(llm.engine.core.kv.connector.pool) > 0
+    assert llm.reset_prefix_cache() is True and len(llm.engine.core.kv.connector.pool) == 0
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,7 @@ def test_the_host_kv_tier_runs_per_rank_with_outputs_unchanged(llama_checkpoint)
         max_num_batched_tokens=128,
     )
     assert run(llm, requests) == expected
-    host = llm.engine.core.kv.host.stats()
+    host = llm.engine.core.kv.connector.stats()
     assert llm.stats().num_preemptions > 0 and host.blocks_loaded > 0 and host.blocks_total == 256
 
 

@@ -10,7 +10,8 @@ from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.request_options import RequestOptions
 from argosy.server.engine.scheduler import Scheduler
 from argosy.server.engine.sequence import Request, Sequence
-from argosy.server.kv_tier.host_pool import HostBlockPool
+from argosy.server.kv_connector.output import KVConnectorOutput
+from argosy.server.kv_tier.tier_scheduler import HostTierScheduler
 from argosy.server.sampling_params import SamplingParams
 
 BLOCK = 4
@@ -25,8 +26,8 @@ class Simulation:
         max_num_batched_tokens: int = 64,
         host_blocks: int = 0,
     ):
-        host = HostBlockPool(host_blocks) if host_blocks else None
-        self.kv = KVCacheManager(num_blocks, BLOCK, enable_prefix_caching=host is not None, host=host)
+        host = HostTierScheduler(host_blocks, BLOCK) if host_blocks else None
+        self.kv = KVCacheManager(num_blocks, BLOCK, enable_prefix_caching=host is not None, connector=host)
         self.scheduler = Scheduler(self.kv, max_num_seqs, max_num_batched_tokens, True, policy=policy)
         self._ids = itertools.count()
         self.admitted_at: dict[str, int] = {}  # request id: the step it first ran
@@ -58,6 +59,8 @@ class Simulation:
         assert sum(item.num_new_tokens for item in out.scheduled) <= self.scheduler.max_num_batched_tokens
         assert len(self.scheduler.running) <= self.scheduler.max_num_seqs
         self.scheduler.advance(out)
+        if out.kv_connector is not None:  # the worker half makes the host tier's copies in their step
+            self.scheduler.kv_loads_done(KVConnectorOutput(out.kv_connector.load_seqs))
         for item in out.scheduled:
             seq = item.seq
             self.admitted_at.setdefault(seq.request.request_id, self.scheduler.steps)

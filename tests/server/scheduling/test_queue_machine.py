@@ -61,8 +61,8 @@ def machine(policy: str, host_blocks: int) -> type[RuleBasedStateMachine]:
             held = {block for seq in scheduler.running for block in seq.block_table}
             assert all(not seq.block_table for seq in scheduler.waiting)
             assert kv.num_used_blocks == len(held)
-            if kv.host is not None:
-                assert len(kv.host) <= HOST_BLOCKS
+            if kv.connector is not None:
+                assert len(kv.connector.pool) <= HOST_BLOCKS
 
         def teardown(self):
             scheduler = self.sim.scheduler
