@@ -43,6 +43,8 @@ class GrammarGate:
     def check(self, now: float) -> list[tuple[Request, Exception]]:
         """Sends on the requests whose grammar proved to compile; returns those whose compile
         failed or ran past the limit, with why (they are no longer held)."""
+        if not self.proving and not self.compiler.jobs and not self.compiler.orphans:  # most steps
+            return []
         self.compiler.poll(now)
         failed = []
         for request in list(self.proving):
@@ -61,12 +63,16 @@ class GrammarGate:
         return failed
 
     def take_to_send(self) -> list[StructuredOutputsParams]:
+        if not self.to_send:
+            return []
         sending, self.to_send = list(self.to_send.values()), {}
         return sending
 
     def device_side(self, result: StepResult) -> list[RequestFailed]:
         """Admits the requests whose grammar the device side has compiled; fails those whose
         grammar it could not (a fault of the server's: a 500)."""
+        if not result.grammars_ready and not result.grammar_errors:  # most steps
+            return []
         failed = []
         for key in result.grammars_ready:
             for request in self.on_device.pop(key, ()):

@@ -94,3 +94,5 @@ class DeviceReady(msgspec.Struct, array_like=True):
     num_blocks: int  # KV-cache blocks for the sequences
     startup: str  # the start-up report's line: device, backend, graphs, memory, phase times
     kv_connector_blocks: int = 0  # the KV connector's blocks, as its worker half sized them (the host tier's slots)
+    weight_bytes: int = 0  # rank 0's weights (a draft model's too)
+    kv_block_bytes: int = 0  # one KV-cache block on rank 0

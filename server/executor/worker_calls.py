@@ -74,10 +74,13 @@ decode_call = msgspec.msgpack.Decoder(WorkerCall).decode
 _decode_reply = msgspec.msgpack.Decoder(WorkerReply).decode
 
 
+_METHODS = {cls: (cls.__struct_config__.tag, cls.__struct_fields__) for cls in WorkerCall.__args__}
+
+
 def dispatch(worker: object, call: WorkerCall) -> Any:
     """Runs `call` on `worker`: the method its tag names, with its fields."""
-    method = getattr(worker, type(call).__struct_config__.tag)
-    return method(*(getattr(call, name) for name in call.__struct_fields__))
+    method, fields = _METHODS[type(call)]
+    return getattr(worker, method)(*[getattr(call, name) for name in fields])
 
 
 def run_call(worker: object, call: WorkerCall) -> bytes:

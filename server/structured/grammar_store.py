@@ -69,6 +69,8 @@ class GrammarStore:
     def finished(self, wait: float = 0.0) -> tuple[list[str], dict[str, str]]:
         """The keys prepared since the last call whose compile has ended (waiting up to `wait`
         seconds for one, when none has): those compiled, and why the others failed."""
+        if not self._reported:  # most steps
+            return [], {}
         if wait and self._reported and not any(f.done() for f in self._reported.values()):
             futures.wait(self._reported.values(), wait, return_when=futures.FIRST_COMPLETED)
         done, failed = [], {}
