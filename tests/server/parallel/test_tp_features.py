@@ -1,7 +1,7 @@
 """Tensor parallelism composes with everything one rank serves: at 2 ranks (the 4-head test
 model) the tokens of an adapter, of prompt lookup and of a draft model, and the tokens after a
 weight update and after sleep and wake-up, each equal one rank's (greedy, float32); so do the
-default model's at 3 ranks, with prompt lookup and after a weight update."""
+default model's at 3 ranks, with an adapter, with prompt lookup and after a weight update."""
 
 from __future__ import annotations
 
@@ -58,14 +58,18 @@ def test_two_ranks_equal_one_with_a_draft_model(llama_checkpoint, tmp_path):
     assert runs[2] == runs[1] and runs[1][1] > 0
 
 
-def test_the_default_model_at_three_ranks_equals_one_with_prompt_lookup_and_after_a_weight_update():
+def test_the_default_model_at_three_ranks_equals_one_with_an_adapter_prompt_lookup_and_a_weight_update(tmp_path):
     prompts = [[504, 3458, 282, 4649, 314, 504, 3458, 282], [19, 20, 21, 22] * 4]
+    base = resolve_model_path(None)
+    adapter = LoRARequest("a", 1, str(make_adapter(base, tmp_path / "a", seed=5)))
     runs = {}
     for size in (1, 3):
         llm = LLM(dtype="float32", tensor_parallel_size=size, kv_cache_memory=64 << 20, max_model_len=256,
-                  speculative_config=NGRAM)  # fmt: skip
-        before = tokens(llm, prompts=prompts)
-        llm.update_weights(str(resolve_model_path(None)))  # every rank reads its slices again
+                  speculative_config=NGRAM, enable_lora=True, max_lora_rank=8)  # fmt: skip
+        before = tokens(llm, prompts=prompts), tokens(llm, adapter, prompts=prompts)
+        llm.update_weights(str(base))  # every rank reads its slices again
         runs[size] = (before, tokens(llm, prompts=prompts))
         del llm
-    assert runs[3] == runs[1] and runs[1][0] == runs[1][1]
+    assert runs[3] == runs[1]
+    (plain, adapted), updated = runs[1]
+    assert adapted != plain and updated == plain
