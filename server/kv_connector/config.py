@@ -4,11 +4,11 @@ a bad value is refused naming it. `--swap-space N` is the built-in host tier's s
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.json_setting import json_object
 
 ROLES = ("kv_both", "kv_producer", "kv_consumer")
 FIELDS = ("kv_connector", "kv_role", "kv_connector_extra_config", "kv_connector_module_path")
@@ -26,16 +26,7 @@ class KVTransferConfig:
     def parse(cls, value: str | dict | KVTransferConfig | None) -> KVTransferConfig | None:
         if value is None or isinstance(value, KVTransferConfig):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise InvalidRequestError(f"{FIELD} is not JSON: {exc}", param=FIELD) from None
-        if not isinstance(value, dict):
-            raise InvalidRequestError(f"{FIELD} must be a JSON object", param=FIELD)
-        if unknown := sorted(set(value) - set(FIELDS)):
-            name = f"{FIELD}.{unknown[0]}"
-            raise InvalidRequestError(f"{name} is not supported (supported: {', '.join(FIELDS)})", param=name)
+        value = json_object(value, FIELD, FIELDS)
         connector = value.get("kv_connector")
         if not isinstance(connector, str) or not connector:
             raise InvalidRequestError(f"{FIELD}.kv_connector must name a connector", param=f"{FIELD}.kv_connector")

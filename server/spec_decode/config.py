@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.json_setting import json_object
 
 METHODS = ("ngram", "draft_model")
 FIELDS = (
@@ -41,17 +41,7 @@ class SpeculativeConfig:
         if value is None or isinstance(value, SpeculativeConfig):
             return value
         field = "speculative_config"
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise InvalidRequestError(f"{field} is not JSON: {exc}", param=field) from None
-        if not isinstance(value, dict):
-            raise InvalidRequestError(f"{field} must be a JSON object", param=field)
-        if unknown := sorted(set(value) - set(FIELDS)):
-            raise InvalidRequestError(
-                f"{field}.{unknown[0]} is not supported (supported: {', '.join(FIELDS)})", param=f"{field}.{unknown[0]}"
-            )
+        value = json_object(value, field, FIELDS)
         method = value.get("method")
         if method not in METHODS:
             raise InvalidRequestError(
