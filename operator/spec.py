@@ -205,12 +205,6 @@ class EngineSpec(KubeModel):
                 ".swapSpace",
             ),
             cel(
-                "self.tensorParallelSize == 1 || !has(self.speculativeConfig)"
-                " || self.speculativeConfig.method != 'draft_model'",
-                "spec.engine.tensorParallelSize above 1 does not run a draft model yet: use ngram speculation or none",
-                ".tensorParallelSize",
-            ),
-            cel(
                 "double(self.swapSpace) == 0.0 || !has(self.speculativeConfig)"
                 " || self.speculativeConfig.method != 'draft_model'",
                 "spec.engine.swapSpace does not keep a draft model's KV cache: use ngram speculation or none",

@@ -31,6 +31,16 @@ SPECS = {
         "engine": {"tensorParallelSize": 2},
         "resources": {"limits": {"nvidia.com/gpu": "2"}},
     },
+    "tensor-parallel-lora-and-draft": {  # each rank its share of an adapter; the draft whole on rank 0
+        "model": MODEL,
+        "engine": {
+            "tensorParallelSize": 2,
+            "speculativeConfig": {"method": "draft_model", "numSpeculativeTokens": 4, "model": "d"},
+        },
+        "lora": {"maxLoras": 2},
+        "adapters": ADAPTERS[:1],
+        "resources": {"limits": {"nvidia.com/gpu": "2"}},
+    },
     "pvc": {
         "model": {"name": "qwen3-8b", "path": "Qwen3-8B", "persistentVolumeClaim": {"claimName": "models"}},
         "replicas": 3,
