@@ -6,7 +6,7 @@ split three ways), each rank's weight and KV-block bytes, the time of a decode s
 the figures show what the split costs and that it is correct, not a speed-up: on GPUs each rank
 has a device of its own.
 
-    python bench/tensor_parallel.py [--model PATH] [--steps 32]
+    python bench/tensor_parallel.py [--model PATH] [--sizes 1 3] [--steps 32]
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import random
 import time
 
 from argosy import LLM, SamplingParams
-
-SETUPS = [(1, "uni"), (1, "mp"), (3, "mp")]  # (ranks, executor)
 
 
 def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[float, float]:
@@ -46,11 +44,13 @@ def random_prompts(vocab: int, count: int, length: int) -> list[list[int]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="a checkpoint folder; default: the embedded model")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 3], help="ranks; 1 runs in both executors")
     parser.add_argument("--steps", type=int, default=32, help="decode steps per measurement")
     parser.add_argument("--prompt-tokens", type=int, default=512)
     args = parser.parse_args()
     rows = []
-    for size, backend in SETUPS:
+    setups = [(size, backend) for size in args.sizes for backend in (["uni", "mp"] if size == 1 else ["mp"])]
+    for size, backend in setups:
         llm = LLM(args.model, tensor_parallel_size=size, distributed_executor_backend=backend, max_num_seqs=16)
         device = llm.engine.core.device
         prompts = random_prompts(llm.engine.core.model_config.vocab_size, 18, args.prompt_tokens)
