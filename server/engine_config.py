@@ -93,6 +93,12 @@ class EngineConfig:
         'the dict too); built in: HostTierConnector ({"swap_space": GiB}, what --swap-space sets)',
     )
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
+    async_scheduling: bool = setting(
+        False,
+        "plan and start each step before the last one's result is taken in, so that the host's work overlaps "
+        "the device's; a sequence waits for its sampled token before it is scheduled again; not with speculative "
+        "decoding",
+    )
     seed: int = setting(0, "seed of unseeded sampling")
     attention_backend: AttentionBackendName = setting(
         "auto",
@@ -185,6 +191,12 @@ class EngineConfig:
                 param="gpu_memory_utilization",
             )
         self._check_swap_space(spec)
+        if self.async_scheduling and spec is not None:
+            raise InvalidRequestError(
+                "async_scheduling plans a step before the last one's tokens are known: not with speculative decoding, "
+                "whose drafts depend on them",
+                param="async_scheduling",
+            )
         if self.tensor_parallel_size > 1 and self.distributed_executor_backend == "uni":
             raise InvalidRequestError(
                 "tensor_parallel_size above 1 runs each rank in a process of its own: "

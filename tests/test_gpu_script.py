@@ -51,6 +51,7 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
     lora = (tmp_path / "lora.txt").read_text()
     assert "| 8 adapters, rank 16, mixed in every step |" in lora and "| rank 64: copied into a device slot |" in lora
     assert "== tests: exit 0" in (tmp_path / "tests.txt").read_text()
+    assert "| async |" in (tmp_path / "async.txt").read_text()
 
 
 def test_the_structured_step_runs_where_the_wheels_came_along():
@@ -92,5 +93,7 @@ def test_the_figures_that_matter_most_come_first_each_under_its_own_limit():
     script = (ROOT / "bench" / "gpu.sh").read_text()
     gpu_run = script[script.index("else\n    step kernels") :]
     steps = re.findall(r"step (\w+) (\d+) ", gpu_run)
-    assert [name for name, _ in steps] == ["kernels", "decode", "tests", "variants", "throughput", "lora", "structured"]
+    assert [name for name, _ in steps] == [
+        "kernels", "decode", "tests", "variants", "throughput", "async", "lora", "structured"
+    ]  # fmt: skip
     assert sum(int(limit) for _, limit in steps) <= 8 * 60 - 20  # with the install, within GPU.md's 8 minutes

@@ -11,12 +11,14 @@ block copies, the inputs and the forward pass are the step's: a failure there ra
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
 
 from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed
 from argosy.server.engine.grammar_gate import GrammarGate
+from argosy.server.engine.in_flight import InFlightStep
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.parallel_sampling import ParallelSampling
 from argosy.server.engine.scheduler import Scheduler
@@ -27,7 +29,7 @@ from argosy.server.engine.stop_conditions import finish_reason
 from argosy.server.engine_config import EngineConfig, resolve_limits, tokenizer_path
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.executor.backends import make_executor
-from argosy.server.executor.executor import Executor
+from argosy.server.executor.executor import Done, Executor
 from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
 from argosy.server.kv_connector.factory import connector_class
 from argosy.server.kv_tier.tier_scheduler import HostTierScheduler
@@ -90,6 +92,9 @@ class EngineCore:
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
         self._failed: list[RequestFailed] = []
+        self.async_scheduling = config.async_scheduling
+        self._in_flight: InFlightStep | None = None  # launched, not landed (async scheduling)
+        self._landed: list[EngineCoreOutput] = []  # of a step landed between steps, for the next
         self.asleep = False  # no KV cache (or no weights either) until wake_up
 
     def add_request(self, new: EngineCoreRequest) -> None:
@@ -144,7 +149,7 @@ class EngineCore:
         self.grammars.remove(request)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests)
+        return bool(self.requests) or self._in_flight is not None or bool(self._landed)
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """An adapter registered while serving: into host memory now, served again if retired."""
@@ -182,11 +187,13 @@ class EngineCore:
         self.asleep = False
 
     def _check_idle(self, what: str) -> None:
+        self.drain()
         if self.requests:
             raise InvalidRequestError(f"cannot {what} with {len(self.requests)} requests in flight")
 
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
+        self.drain()
         return self.kv.reset_cache()
 
     def num_requests(self) -> tuple[int, int]:
@@ -197,46 +204,75 @@ class EngineCore:
         return len(waiting), len(running)
 
     def step(self) -> list[EngineCoreOutput]:
+        """One step launched and one landed: the same step, or, with async scheduling, the next
+        one launched while the last one lands. Returns the landed step's outputs."""
         self._check_grammars()
-        scheduled = self.scheduler.schedule()
-        if not scheduled.has_work:
-            if self.grammars.device_busy or self.scheduler.loading:  # a step with nothing to compute polls them
-                self._execute(self.planner.plan(scheduled, [], {}))
-            elif self.grammars.proving:  # nothing else to run: a moment for the compiles, then the loop goes on
+        launched = self._launch()
+        landing, self._in_flight = (self._in_flight, launched) if self.async_scheduling else (launched, None)
+        outputs, self._landed = self._landed, []
+        if landing is not None:
+            return outputs + self._land(landing, launched if self.async_scheduling else None)
+        if launched is None:
+            if self.grammars.proving:  # nothing else to run: a moment for the compiles, then the loop goes on
                 self.grammars.wait(GRAMMAR_POLL_SECONDS)
             elif self.scheduler.has_work():
                 raise RuntimeError("the scheduler could not schedule any waiting sequence")
-            return []
+        return outputs
+
+    def _launch(self) -> InFlightStep | None:
+        """The next step scheduled, planned and started; None when there is nothing to run."""
+        scheduled = self.scheduler.schedule()
+        if not scheduled.has_work and not (self.grammars.device_busy or self.scheduler.loading):
+            return None
         now = time.monotonic()
         for item in scheduled.scheduled:
             item.seq.request.first_scheduled_time = item.seq.request.first_scheduled_time or now
         completing = [item.seq for item in scheduled.scheduled if item.completes]
         forks = self.parallel_sampling.forks(completing)
-        plan = self.planner.plan(scheduled, completing, forks)
-        result = self._execute(plan)
-        # Advanced before the forks are made: the children take the parent's progress.
-        self.scheduler.advance(scheduled, self._kept(scheduled, plan, result))
-        targets = self.parallel_sampling.targets(completing, forks)
-        if self.speculator is not None:
-            self.speculator.keep_proposals(targets, result.drafts)
-        return self._append_sampled(targets, result)
-
-    def _execute(self, plan: StepPlan) -> StepResult:
-        """Runs the plan, with the constraints to compile on the device side, and takes what
-        the result says of their compiles."""
+        plan = self.planner.plan(scheduled, completing, forks)  # with nothing scheduled: it carries and polls
         plan.grammars = self.grammars.take_to_send()
         try:
-            result = self.executor.execute(plan)
+            handle = self.executor.execute_async(plan) if self.async_scheduling else Done(self.executor.execute(plan))
         except Exception:
-            if self.lora is not None:  # a slot's load may not have happened
-                self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
+            self._forget_loads(plan)
+            raise
+        if self.async_scheduling:  # every computed token stays (no drafts): counted now, so the next plan follows
+            self.scheduler.advance(scheduled)
+        return InFlightStep(scheduled, plan, completing, forks, handle, self.async_scheduling)
+
+    def _land(self, step: InFlightStep, next_step: InFlightStep | None = None) -> list[EngineCoreOutput]:
+        """Takes in a step's result: what its compiles and loads did, then its tokens."""
+        try:
+            result = step.handle.result()
+        except Exception:
+            self._forget_loads(step.plan)
+            if next_step is not None:  # it ran on a device that failed a step: its result is not taken in
+                self._in_flight = None
+                with contextlib.suppress(Exception):
+                    next_step.handle.result()
+                self._forget_loads(next_step.plan)
             raise
         for failure in self.grammars.device_side(result):
             self.abort(failure.request_id)
             self._failed.append(failure)
         if result.kv_connector is not None:
             self.scheduler.kv_loads_done(result.kv_connector)
-        return result
+        if not step.advanced:  # before the forks are made: the children take the parent's progress
+            self.scheduler.advance(step.scheduled, self._kept(step.scheduled, step.plan, result))
+        targets = self.parallel_sampling.targets(step.completing, step.forks)
+        if self.speculator is not None:
+            self.speculator.keep_proposals(targets, result.drafts)
+        return self._append_sampled(targets, result)
+
+    def _forget_loads(self, plan: StepPlan) -> None:
+        if self.lora is not None:  # a slot's load may not have happened
+            self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
+
+    def drain(self) -> None:
+        """Lands the step in flight, if any (its outputs go out with the next step's)."""
+        step, self._in_flight = self._in_flight, None
+        if step is not None:
+            self._landed += self._land(step)
 
     def _kept(self, scheduled: SchedulerOutput, plan: StepPlan, result: StepResult) -> list[int] | None:
         """How many of each scheduled sequence's computed tokens stay: a draft's accepted
@@ -272,7 +308,7 @@ class EngineCore:
             zip(targets, result.token_ids, result.logprobs, result.errors)
         ):
             request_id = seq.request.request_id
-            if request_id in failed:
+            if request_id in failed or seq.is_finished:  # it ended while its step ran (async scheduling)
                 continue
             if error is None:
                 try:

@@ -49,9 +49,15 @@ class ParallelSampling:
         return targets
 
     def fork(self, fork: Fork) -> list[Sequence]:
-        """The children, sharing the parent's blocks and progress; after the step has run."""
+        """The children, sharing the parent's blocks and progress; after the step has run. A
+        parent that ended while its step ran (async scheduling) forks none: the children stand
+        for their rows of the step, already ended, and the device side forgets them."""
         parent = fork.parent
         children = [parent.fork(seq_id, index) for seq_id, index in fork.children]
+        if parent.is_finished:
+            for child in children:
+                self.scheduler.forget(child)
+            return children
         for child in children:
             parent.request.seqs.append(child)
             self.scheduler.fork(parent, child)

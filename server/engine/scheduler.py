@@ -80,7 +80,7 @@ class Scheduler:
         place = self.waiting.place
         jumping = self._preempt_for_priority(out) if self.policy == "priority" else None
         # Victims are taken from the back: under priorities, the running sequence furthest behind.
-        running = [seq for seq in self.running if not seq.loading_kv]  # a loading sequence waits for its blocks
+        running = [seq for seq in self.running if _schedulable(seq)]
         queue = deque(sorted(running, key=place) if self.policy == "priority" else running)
         speculating = self.speculator is not None and self.speculator.active(len(self.running))
         memory_short = False
@@ -197,7 +197,7 @@ class Scheduler:
             victims = [
                 seq
                 for seq in self.running
-                if place(seq) > place(first) and self._may_preempt(seq) and not seq.loading_kv
+                if place(seq) > place(first) and self._may_preempt(seq) and _schedulable(seq)
             ]
             if not victims:
                 return None
@@ -253,10 +253,21 @@ class Scheduler:
         seq.status = SequenceStatus.FINISHED
         self._finished.append(seq.seq_id)
 
+    def forget(self, seq: Sequence) -> None:
+        """A sequence the device side was told of, ended before it was ever queued here."""
+        seq.status = SequenceStatus.FINISHED
+        self._finished.append(seq.seq_id)
+
     def take_finished(self) -> list[int]:
         """The ids of the sequences finished (or aborted) since the last call."""
         finished, self._finished = self._finished, []
         return finished
+
+
+def _schedulable(seq: Sequence) -> bool:
+    """Not waiting for its blocks to load, nor (with async scheduling) for the token a step in
+    flight samples for it; only these run, or are preempted."""
+    return not seq.loading_kv and seq.num_computed_tokens < seq.num_tokens
 
 
 def _first_chunk(loaded: int, remaining: int, budget: int) -> int:

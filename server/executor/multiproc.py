@@ -20,9 +20,10 @@ from typing import Any
 import torch
 
 from argosy.server.engine_config import EngineConfig, EngineLimits
-from argosy.server.executor.executor import Executor
+from argosy.server.executor.executor import Executor, StepHandle
 from argosy.server.executor.message_queue import MessageQueue
-from argosy.server.executor.worker_calls import Shutdown, WorkerCall, encode, read_reply
+from argosy.server.executor.plan import StepPlan, StepResult
+from argosy.server.executor.worker_calls import Execute, Shutdown, WorkerCall, encode, read_reply
 from argosy.server.executor.worker_process import HELLO, WorkerSpec, worker_main
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.parallel.group import check_collectives, check_visible_gpus, free_port
@@ -70,9 +71,20 @@ class MultiprocExecutor(Executor):
             self.queue.put(encode(Shutdown()))
         _stop(self.procs, self.queue)
 
+    def execute_async(self, plan: StepPlan) -> StepHandle:
+        """The plan goes to every rank now; the handle reads their answers (in the order the
+        steps were started)."""
+        call = Execute(plan)
+        self.queue.put(encode(call), self._check_alive)
+        return Answers(self, call)
+
     def call(self, call: WorkerCall) -> Any:
         """Sends `call` to every rank and returns rank 0's result once every rank has answered."""
         self.queue.put(encode(call), self._check_alive)
+        return self.answers(call)
+
+    def answers(self, call: WorkerCall) -> Any:
+        """Rank 0's result of `call`, once every rank has answered it."""
         results = {}
         for rank in range(self.size):
             reply = self._wait_for(rank)
@@ -114,6 +126,16 @@ class MultiprocExecutor(Executor):
 
     def _name(self, rank: int) -> str:
         return f"tensor-parallel rank {rank}" if self.size > 1 else "the worker process"
+
+
+class Answers:
+    """A started step's handle: its answers, read when asked for."""
+
+    def __init__(self, executor: MultiprocExecutor, call: WorkerCall):
+        self.executor, self.call = executor, call
+
+    def result(self) -> StepResult:
+        return self.executor.answers(self.call)
 
 
 def _said_hello(conn: Connection) -> bool:
