@@ -96,8 +96,8 @@ class EngineConfig:
     async_scheduling: bool = setting(
         False,
         "plan and start each step before the last one's result is taken in, so that the host's work overlaps "
-        "the device's; a sequence waits for its sampled token before it is scheduled again; not with speculative "
-        "decoding",
+        "the device's (a decode's token, sampled by the step before, is filled in on the device side; with tensor "
+        "parallelism decodes wait for theirs); not with speculative decoding",
     )
     seed: int = setting(0, "seed of unseeded sampling")
     attention_backend: AttentionBackendName = setting(

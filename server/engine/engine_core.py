@@ -93,6 +93,9 @@ class EngineCore:
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
         self._failed: list[RequestFailed] = []
         self.async_scheduling = config.async_scheduling
+        # A decode planned before its last token is known carries a placeholder that the device side
+        # fills in: with one rank, which holds the sampled tokens (other ranks do not sample).
+        self._placeholders = config.async_scheduling and config.tensor_parallel_size == 1
         self._in_flight: InFlightStep | None = None  # launched, not landed (async scheduling)
         self._landed: list[EngineCoreOutput] = []  # of a step landed between steps, for the next
         self.asleep = False  # no KV cache (or no weights either) until wake_up
@@ -221,7 +224,13 @@ class EngineCore:
 
     def _launch(self) -> InFlightStep | None:
         """The next step scheduled, planned and started; None when there is nothing to run."""
+        added = []
+        if self._placeholders and self._in_flight is not None:  # its sampled sequences decode next too
+            added = self.scheduler.add_placeholders(self._in_flight.completing, self.limits.max_model_len)
         scheduled = self.scheduler.schedule()
+        if added:
+            running = {id(item.seq) for item in scheduled.scheduled}
+            self.scheduler.drop_placeholders([seq for seq in added if id(seq) not in running])
         if not scheduled.has_work and not (self.grammars.device_busy or self.scheduler.loading):
             return None
         now = time.monotonic()
@@ -341,6 +350,9 @@ class EngineCore:
         `complete`: its grammar allows nothing after them, so the last one ends it (stop)."""
         request = seq.request
         reason = stop_token = None
+        if seq.num_pending:  # the placeholder of the token landing now
+            del seq.token_ids[-seq.num_pending :]
+            seq.num_pending = 0
         for kept, token_id in enumerate(token_ids, start=1):
             seq.token_ids.append(token_id)
             reason, stop_token = finish_reason(seq, token_id, self.eos_token_ids, self.limits.max_model_len)

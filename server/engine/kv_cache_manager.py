@@ -190,7 +190,7 @@ class KVCacheManager:
         sequence's tokens)."""
         if not self.enable_prefix_caching:
             return
-        num_full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
+        num_full = min(seq.num_computed_tokens, seq.num_tokens - seq.num_pending) // self.block_size
         self._extend_hashes(seq, num_full * self.block_size)
         for i in range(num_full):
             block = self.pool.blocks[seq.block_table[i]]

@@ -25,6 +25,7 @@ from collections import deque
 from argosy.server.engine.kv_cache_manager import KVCacheManager
 from argosy.server.engine.scheduler_output import ScheduledSequence, SchedulerOutput
 from argosy.server.engine.sequence import Sequence, SequenceStatus
+from argosy.server.executor.plan import PLACEHOLDER
 from argosy.server.kv_connector.output import KVConnectorOutput
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.scheduling.policy import MIN_RUN_STEPS, SchedulingPolicy
@@ -102,6 +103,10 @@ class Scheduler:
                     continue
             while not self.kv.allocate(seq, num_new):
                 victim = queue.pop() if queue else seq
+                if victim.num_pending:  # its last token is still a placeholder: it sits this step out instead
+                    if victim is seq:
+                        break
+                    continue
                 self._preempt(victim, "memory")
                 out.preempted.append(victim)
                 memory_short = True
@@ -197,7 +202,7 @@ class Scheduler:
             victims = [
                 seq
                 for seq in self.running
-                if place(seq) > place(first) and self._may_preempt(seq) and _schedulable(seq)
+                if place(seq) > place(first) and self._may_preempt(seq) and _schedulable(seq) and not seq.num_pending
             ]
             if not victims:
                 return None
@@ -252,6 +257,34 @@ class Scheduler:
         self.kv.free(seq)
         seq.status = SequenceStatus.FINISHED
         self._finished.append(seq.seq_id)
+
+    def add_placeholders(self, seqs: list[Sequence], max_model_len: int) -> list[Sequence]:
+        """Async scheduling: each of `seqs` (sampled by the step in flight) that surely goes on
+        after it gets a placeholder for the token it samples there, so that it decodes in the next
+        step too; returns those."""
+        added = []
+        for seq in seqs:
+            p, num_tokens = seq.params, seq.num_tokens
+            if (
+                seq.is_finished
+                or seq.num_pending
+                or seq.num_computed_tokens != num_tokens
+                or seq.request.num_pending_forks
+                or (p.max_tokens is not None and seq.num_output_tokens + 1 >= p.max_tokens)
+                or num_tokens + 1 >= max_model_len
+            ):
+                continue
+            seq.token_ids.append(PLACEHOLDER)
+            seq.num_pending = 1
+            added.append(seq)
+        return added
+
+    def drop_placeholders(self, seqs: list[Sequence]) -> None:
+        """The placeholders of sequences that were not scheduled after all."""
+        for seq in seqs:
+            if seq.num_pending:
+                del seq.token_ids[-seq.num_pending :]
+                seq.num_pending = 0
 
     def forget(self, seq: Sequence) -> None:
         """A sequence the device side was told of, ended before it was ever queued here."""

@@ -38,6 +38,7 @@ class Sequence:
         self.status = SequenceStatus.WAITING
         self.preempted = False  # recomputed after losing its blocks at least once
         self.loading_kv = False  # admitted, its blocks loading through the KV connector: it computes nothing yet
+        self.num_pending = 0  # PLACEHOLDERs ending token_ids: tokens a step in flight samples (async scheduling)
         self.num_computed_before_preemption = 0  # at its latest preemption
         self.preempted_for_priority = False  # then protected for MIN_RUN_STEPS after each return
         self.finish_reason: str | None = None

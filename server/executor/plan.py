@@ -26,6 +26,9 @@ class NewSequence(msgspec.Struct, array_like=True):
     lora_slot: int = -1  # the device slot of its adapter, for its whole life; -1: the base model
 
 
+PLACEHOLDER = -1  # a chunk's last token, sampled by the step before, which the device side fills in
+
+
 class ScheduledChunk(msgspec.Struct, array_like=True):
     """One sequence's share of the step."""
 

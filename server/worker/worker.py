@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from argosy.server.engine_config import EngineConfig, EngineLimits, tokenizer_path
-from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
+from argosy.server.executor.plan import PLACEHOLDER, DeviceReady, StepPlan, StepResult
 from argosy.server.kv_connector.base import ConnectorWorker
 from argosy.server.kv_connector.factory import connector_class
 from argosy.server.lora.adapter_folder import AdapterError
@@ -158,9 +158,12 @@ class Worker:
         chunks = []
         for c in plan.chunks:
             state = states[c.seq_id]
+            tokens = c.token_ids
+            if tokens[-1] == PLACEHOLDER:  # planned before the step that sampled it had run: it has now
+                tokens = [*tokens[:-1], state.output_token_ids[-1]]
             chunks.append(
                 SequenceChunk(
-                    c.token_ids, c.start, state.block_table, c.sample, state.table_row, state.lora_slot, c.num_draft
+                    tokens, c.start, state.block_table, c.sample, state.table_row, state.lora_slot, c.num_draft
                 )
             )
         logits = self.runner.execute(chunks, plan.block_copies, states.tables)

@@ -1,4 +1,5 @@
-"""Async scheduling: the next step is planned and started while the last one runs, and nothing
+"""Async scheduling: the next step is planned and started while the last one runs (a decode's
+token, sampled by the step before, filled in on the device side), and nothing
 changes in what comes out: the outputs equal the synchronous engine's (greedy, seeded parallel
 samples, constraints, logprobs, under chunked prefill and preemption), in the in-process and the
 multi-process executor; on a slow device the next plan is made while a step runs; a request
@@ -51,8 +52,14 @@ def test_the_outputs_equal_the_synchronous_engines(llama_checkpoint, backend):
     assert llm.stats().num_preemptions > 0 and llm.stats().kv_blocks_used == 0
 
 
-def test_on_a_slow_device_the_next_plan_is_made_while_a_step_runs(llama_checkpoint):
-    """A long prompt's chunks depend on no sampled token: each is planned while the one before runs."""
+@pytest.mark.parametrize(
+    ("prompt", "max_tokens", "steps"),
+    [(list(range(5, 117)), 2, 8), ([5, 6, 7], 9, 9)],
+    ids=["prefill chunks", "decodes"],
+)
+def test_on_a_slow_device_the_next_plan_is_made_while_a_step_runs(llama_checkpoint, prompt, max_tokens, steps):
+    """A long prompt's chunks depend on no sampled token, and a decode's token is filled in on the
+    device side: each step is planned while the one before runs."""
     llm = tiny_llm(llama_checkpoint, async_scheduling=True, max_num_batched_tokens=16)
     core = llm.engine.core
     worker, planner = core.executor.worker, core.planner
@@ -72,9 +79,15 @@ def test_on_a_slow_device_the_next_plan_is_made_while_a_step_runs(llama_checkpoi
         return plan(*args)
 
     worker.execute, planner.plan = slow_execute, timed_plan
-    llm.generate({"prompt_token_ids": list(range(5, 117))}, SamplingParams(max_tokens=2, ignore_eos=True))
+    out = llm.generate(
+        {"prompt_token_ids": prompt}, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    )
     during = [t for t in plans if any(start < t < end for start, end in runs)]
-    assert len(runs) == 8 and len(during) >= 6  # 7 chunks, then a decode: each chunk's successor planned meanwhile
+    assert len(runs) == steps and len(during) >= steps - 2  # all but the first and the last planned meanwhile
+    expected = tiny_llm(llama_checkpoint).generate(
+        {"prompt_token_ids": prompt}, SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    )
+    assert out[0].outputs[0].token_ids == expected[0].outputs[0].token_ids
 
 
 def test_a_request_aborted_while_its_step_runs_leaves_nothing_behind(llama_checkpoint):
