@@ -6,6 +6,7 @@ the same kind of error (a bad adapter stays a 400, a missing checkpoint keeps it
 
 from __future__ import annotations
 
+import logging
 import traceback
 from typing import Any
 
@@ -14,6 +15,8 @@ import msgspec
 from argosy.server import exceptions
 from argosy.server.executor.plan import DeviceReady, StepPlan, StepResult
 from argosy.server.lora.request import AdapterRef
+
+log = logging.getLogger("argosy.engine")
 
 
 class Start(msgspec.Struct, tag="start", array_like=True):
@@ -89,6 +92,8 @@ def run_call(worker: object, call: WorkerCall) -> bytes:
         value = dispatch(worker, call)
         return encode(WorkerReply(msgspec.Raw(encode(value))))
     except Exception as exc:
+        if isinstance(call, Start) or not isinstance(exc, exceptions.ArgosyError):  # its traceback in the log
+            log.exception("%s failed on this rank", type(call).__name__)
         error = RemoteError(
             type(exc).__name__,
             str(exc),

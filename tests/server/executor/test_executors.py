@@ -6,6 +6,7 @@ engine again in every rank is told why."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -79,7 +80,7 @@ def test_the_multiprocess_executor_gives_the_in_process_ones_outputs(llama_check
     assert workload(llm, *parts) == uni
 
 
-def test_a_workers_error_crosses_as_its_own_kind(llama_checkpoint, parts, tmp_path):
+def test_a_workers_error_crosses_as_its_own_kind(llama_checkpoint, parts, tmp_path, capfd):
     adapter, _ = parts
     llm = tiny_llm(llama_checkpoint, enable_lora=True, distributed_executor_backend="mp")
     executor = llm.engine.core.executor
@@ -95,6 +96,15 @@ def test_a_workers_error_crosses_as_its_own_kind(llama_checkpoint, parts, tmp_pa
     with pytest.raises(CheckpointNotFoundError) as missing:
         tiny_llm(tmp_path / "nowhere", distributed_executor_backend="mp")
     assert missing.value.exit_code == 66
+    broken = tmp_path / "broken"
+    shutil.copytree(llama_checkpoint, broken)
+    [weights] = broken.glob("*.safetensors")
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # read by the rank as it starts
+    capfd.readouterr()
+    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
+        tiny_llm(broken, distributed_executor_backend="mp")
+    logged = capfd.readouterr().err  # the rank's own traceback, from its process
+    assert "Start failed on this rank" in logged and "Traceback" in logged
 
 
 def test_a_rank_killed_while_starting_ends_the_start_up_at_once_naming_it(llama_checkpoint):
