@@ -33,6 +33,9 @@ from argosy.server.worker.device import resolve_device
 log = logging.getLogger("argosy.engine")
 
 
+SHUTDOWN_WAIT_S = 5
+
+
 class RankDiedError(RuntimeError):
     pass
 
@@ -67,8 +70,11 @@ class MultiprocExecutor(Executor):
             self.said_hello[rank] = self._wait_for(rank) == HELLO
 
     def shutdown(self) -> None:
+        """Tells every rank to stop and waits a moment for them (what is left is killed)."""
         if all(proc.is_alive() for proc in self.procs):
             self.queue.put(encode(Shutdown()))
+            for proc in self.procs:
+                proc.join(SHUTDOWN_WAIT_S)
         _stop(self.procs, self.queue)
 
     def execute_async(self, plan: StepPlan) -> StepHandle:

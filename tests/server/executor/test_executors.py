@@ -2,7 +2,7 @@
 outputs unchanged); the multi-process executor gives the in-process one's outputs, adapters,
 constraints, sleep and weight updates included; a worker's error crosses as its own kind; a rank
 killed while starting ends the start-up at once naming the rank; a script that would start the
-engine again in every rank is told why."""
+engine again in every rank is told why; shutdown ends every rank by its message."""
 
 from __future__ import annotations
 
@@ -149,3 +149,10 @@ def test_a_script_without_the_main_guard_is_told_why_its_ranks_ended(llama_check
     assert done.returncode != 0 and "started" not in done.stdout
     assert 'must sit under `if __name__ == "__main__":`' in done.stderr
     assert time.monotonic() - started < 60
+
+
+def test_shutdown_stops_every_rank_in_order(llama_checkpoint):
+    llm = tiny_llm(llama_checkpoint, tensor_parallel_size=2)
+    executor = llm.engine.core.executor
+    executor.shutdown()  # as the engine core does when it stops
+    assert [proc.exitcode for proc in executor.procs] == [0, 0]  # ended by the message, not killed
