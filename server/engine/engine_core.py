@@ -247,7 +247,7 @@ class EngineCore:
             raise
         if self.async_scheduling:  # every computed token stays (no drafts): counted now, so the next plan follows
             self.scheduler.advance(scheduled)
-        return InFlightStep(scheduled, plan, completing, forks, handle, self.async_scheduling)
+        return InFlightStep(scheduled, plan, completing, forks, handle)
 
     def _land(self, step: InFlightStep, next_step: InFlightStep | None = None) -> list[EngineCoreOutput]:
         """Takes in a step's result: what its compiles and loads did, then its tokens."""
@@ -266,7 +266,9 @@ class EngineCore:
             self._failed.append(failure)
         if result.kv_connector is not None:
             self.scheduler.kv_loads_done(result.kv_connector)
-        if not step.advanced:  # before the forks are made: the children take the parent's progress
+        if (
+            not self.async_scheduling
+        ):  # (counted at launch if so) before the forks: the children take the parent's progress
             self.scheduler.advance(step.scheduled, self._kept(step.scheduled, step.plan, result))
         targets = self.parallel_sampling.targets(step.completing, step.forks)
         if self.speculator is not None:

@@ -26,4 +26,3 @@ class InFlightStep:
     completing: list[Sequence]  # the sequences it samples, in the plan's order
     forks: dict[int, Fork]
     handle: StepHandle
-    advanced: bool  # the scheduler has counted its tokens as computed already (async scheduling)
