@@ -14,6 +14,7 @@ from argosy.flags import literal_choices, setting
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
 from argosy.server.kv_connector.config import KVTransferConfig
 from argosy.server.kv_connector.factory import connector_class
+from argosy.server.kv_events.config import KVEventsConfig
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.scheduling.policy import SchedulingPolicy
 from argosy.server.spec_decode.config import SpeculativeConfig
@@ -92,6 +93,14 @@ class EngineConfig:
         '"kv_connector_extra_config": {...}, "kv_connector_module_path": MODULE} (LLM(kv_transfer_config=) takes '
         'the dict too); built in: HostTierConnector ({"swap_space": GiB}, what --swap-space sets)',
     )
+    kv_events_config: str | None = setting(
+        None,
+        'publish the KV cache\'s block events for cache-aware routers, as JSON with vLLM\'s keys: '
+        '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": '
+        'null, "buffer_steps": 10000, "hwm": 100000, "max_queue_size": 100000, "topic": ""} (LLM(kv_events_config=) '
+        "takes the dict too); multipart [topic, sequence number, msgpack batch] on a ZMQ PUB socket, in vLLM's "
+        "encoding",
+    )
     enable_chunked_prefill: bool = setting(True, "split long prompts across steps, mixed with decodes")
     async_scheduling: bool = setting(
         False,
@@ -151,12 +160,23 @@ class EngineConfig:
         return KVTransferConfig.parse(self.kv_transfer_config)
 
     @functools.cached_property
+    def kv_events(self) -> KVEventsConfig | None:
+        """kv_events_config, parsed."""
+        return KVEventsConfig.parse(self.kv_events_config)
+
+    @functools.cached_property
     def speculative(self) -> SpeculativeConfig | None:
         """speculative_config, parsed (the one place it is)."""
         return SpeculativeConfig.parse(self.speculative_config)
 
     def __post_init__(self) -> None:
         spec = self.speculative  # refused here, naming the field, if bad
+        events = self.kv_events
+        if events is not None and events.publishes and not self.enable_prefix_caching:
+            raise InvalidRequestError(
+                "kv_events_config: KV events tell what the prefix cache holds; prefix caching is off",
+                param="kv_events_config",
+            )
         sizes = self.cuda_graph_sizes
         if any(not isinstance(size, int) or size < 1 for size in sizes) or (sizes and min(sizes) > self.max_num_seqs):
             raise InvalidRequestError(

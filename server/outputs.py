@@ -72,6 +72,7 @@ class EngineStats:
     lora: LoRAStats | None = None  # with LoRA on
     grammar_compile_seconds: list[float] = field(default_factory=list)  # compiles finished since the last stats
     spec_decode: SpecDecodeStats | None = None  # with speculative decoding
+    kv_events_dropped: int = 0  # KV event batches dropped because the publisher's queue was full
 
     @property
     def kv_cache_usage(self) -> float:

@@ -126,6 +126,12 @@ class ServerMetrics:
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
         self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
         self.steps = Counter("argosy_engine_steps", "Steps the engine core has run", labels, registry=r)
+        self.kv_events_dropped = Counter(
+            "argosy_kv_events_dropped",
+            "KV event batches dropped, unsent, because the publisher's queue was full (a subscriber fell behind)",
+            labels,
+            registry=r,
+        )
         self.step_duration = Histogram(
             "argosy_engine_step_duration_seconds",
             "Wall time of one engine step (schedule, forward pass, sampling)",
@@ -197,7 +203,7 @@ class ServerMetrics:
         for kind in HANG_KINDS:
             self.hangs.labels(model_name=self.model_name, waiting_for=kind)
         self._last_token_time: dict[str, float] = {}  # of each request in flight that has one
-        self._engine_totals = (0, 0)
+        self._engine_totals = (0, 0, 0)
         self._num_steps = 0
         self._refresh_lora: Callable[[], None] | None = None
 
@@ -312,8 +318,8 @@ class ServerMetrics:
     def sync_engine_counters(self, stats: EngineStats) -> None:
         """Engine totals are cumulative; the counters advance by the difference."""
         last = self._engine_totals
-        totals = (stats.prefix_cache_queries, stats.prefix_cache_hits)
-        for metric, value, before in zip((self.prefix_queries, self.prefix_hits), totals, last):
+        totals = (stats.prefix_cache_queries, stats.prefix_cache_hits, stats.kv_events_dropped)
+        for metric, value, before in zip((self.prefix_queries, self.prefix_hits, self.kv_events_dropped), totals, last):
             if value > before:
                 self.label(metric).inc(value - before)
         self._engine_totals = totals

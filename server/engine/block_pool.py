@@ -77,13 +77,13 @@ class BlockPool:
     def lookup(self, block_hash: bytes) -> int | None:
         return self._cached.get(block_hash) if self.enable_caching else None
 
-    def register(self, block_id: int, block_hash: bytes) -> None:
-        """Records a now-full block under its content hash. If another block already holds
-        the same contents, that one stays the cached copy."""
+    def register(self, block_id: int, block_hash: bytes) -> bool:
+        """Records a now-full block under its content hash; True if it is the cached copy now,
+        False if another block already holds the same contents (that one stays the cached copy)."""
         if not self.enable_caching:
-            return
+            return False
         self.blocks[block_id].block_hash = block_hash
-        self._cached.setdefault(block_hash, block_id)
+        return self._cached.setdefault(block_hash, block_id) == block_id
 
     def reset_cache(self) -> bool:
         """Forgets every cached block; False, changing nothing, while any block is in use."""

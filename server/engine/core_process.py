@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.device.startup)))
     code = EngineCoreProc(core, commands, outputs).run()
-    core.executor.shutdown()
+    core.shutdown()
     outputs.close()
     commands.close()
     return code

@@ -32,6 +32,9 @@ from argosy.server.executor.backends import make_executor
 from argosy.server.executor.executor import Done, Executor
 from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
 from argosy.server.kv_connector.factory import connector_class
+from argosy.server.kv_events.publisher import ZmqEventPublisher
+from argosy.server.kv_events.recorder import KVEventRecorder
+from argosy.server.kv_events.wire import BLOCK_HASH, EventBatch
 from argosy.server.kv_tier.tier_scheduler import HostTierScheduler
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.manager import LoRAManager
@@ -56,6 +59,11 @@ class EngineCore:
         tokenizer_folder = tokenizer_path(config, path)
         eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(tokenizer_folder))
         self.eos_token_ids = frozenset(eos)
+        self.kv_events = None  # bound first: an endpoint in use fails the start before the model loads
+        if (events_config := config.kv_events) is not None and events_config.publishes:
+            self.kv_events = ZmqEventPublisher(events_config)
+            endpoint = self.kv_events.bound_endpoints[0]
+            log.info("KV events on %s; block hashes: %s; block size %d", endpoint, BLOCK_HASH, config.block_size)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
         self.grammars = GrammarGate(
@@ -72,7 +80,10 @@ class EngineCore:
             connector = connector_class(transfer).scheduler(
                 transfer, self.device.kv_connector_blocks, config.block_size
             )
-        self.kv = KVCacheManager(self.device.num_blocks, config.block_size, config.enable_prefix_caching, connector)
+        events = None if self.kv_events is None else KVEventRecorder(config.block_size)
+        self.kv = KVCacheManager(
+            self.device.num_blocks, config.block_size, config.enable_prefix_caching, connector, events
+        )
         self.lora = None
         if config.enable_lora:
             adapters = AdapterHostCache(self.executor, config.max_cpu_loras or config.max_loras)
@@ -173,6 +184,7 @@ class EngineCore:
         self._check_idle("update the weights")
         self.executor.update_weights(path)
         self.kv.reset_cache()
+        self.publish_kv_events()
 
     def sleep(self, level: int) -> int:
         """Frees the KV cache (its blocks' contents go, and the prefix cache with them) and,
@@ -182,6 +194,7 @@ class EngineCore:
         self._check_idle("sleep")
         freed = self.executor.sleep(level)
         self.kv.reset_cache()
+        self.publish_kv_events()
         self.asleep = True
         return freed
 
@@ -197,7 +210,9 @@ class EngineCore:
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
         self.drain()
-        return self.kv.reset_cache()
+        reset = self.kv.reset_cache()
+        self.publish_kv_events()
+        return reset
 
     def num_requests(self) -> tuple[int, int]:
         """(waiting, running) in requests, not sequences: a request with a sequence waiting
@@ -209,6 +224,23 @@ class EngineCore:
     def step(self) -> list[EngineCoreOutput]:
         """One step launched and one landed: the same step, or, with async scheduling, the next
         one launched while the last one lands. Returns the landed step's outputs."""
+        try:
+            return self._step()
+        finally:
+            self.publish_kv_events()
+
+    def publish_kv_events(self) -> None:
+        """Hands what the KV cache did since the last call to the publisher (it never blocks)."""
+        if self.kv_events is not None and (events := self.kv.take_events()):
+            self.kv_events.publish(EventBatch(time.time(), events, 0))
+
+    def shutdown(self) -> None:
+        """Stops the workers, and the KV event publisher after sending what it holds."""
+        self.executor.shutdown()
+        if self.kv_events is not None:
+            self.kv_events.close()
+
+    def _step(self) -> list[EngineCoreOutput]:
         self._check_grammars()
         launched = self._launch()
         landing, self._in_flight = (self._in_flight, launched) if self.async_scheduling else (launched, None)
@@ -387,6 +419,7 @@ class EngineCore:
             lora=None if self.lora is None else self._lora_stats(),
             grammar_compile_seconds=self.grammars.compiler.take_compile_seconds(),
             spec_decode=None if self.speculator is None else self.speculator.snapshot(),
+            kv_events_dropped=0 if self.kv_events is None else self.kv_events.dropped,
         )
 
     def _lora_stats(self) -> LoRAStats:

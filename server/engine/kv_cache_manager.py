@@ -18,6 +18,8 @@ from argosy.server.engine.block_pool import BlockPool
 from argosy.server.engine.sequence import Sequence
 from argosy.server.kv_connector.base import ConnectorScheduler
 from argosy.server.kv_connector.output import KVConnectorOutput
+from argosy.server.kv_events.recorder import KVEventRecorder
+from argosy.server.kv_events.wire import KVCacheEvent
 
 if TYPE_CHECKING:
     from argosy.server.kv_connector.metadata import KVConnectorMeta
@@ -38,10 +40,13 @@ class KVCacheManager:
         block_size: int,
         enable_prefix_caching: bool,
         connector: ConnectorScheduler | None = None,
+        events: KVEventRecorder | None = None,
     ):
         self.block_size = block_size
         self.connector = connector  # whose blocks are found by the prefix cache's hashes
-        self.pool = BlockPool(num_blocks, enable_prefix_caching, None if connector is None else connector.on_evict)
+        self.events = events  # told what enters and leaves the prefix cache, with KV events on
+        on_evict = self._on_evict if events is not None else None if connector is None else connector.on_evict
+        self.pool = BlockPool(num_blocks, enable_prefix_caching, on_evict)
         self.enable_prefix_caching = enable_prefix_caching
         self._pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
         # By sequence: the sequence, the first block of its table being loaded, and the blocks;
@@ -159,9 +164,7 @@ class KVCacheManager:
                 continue
             seq, first, block_ids = self._loading.pop(seq_id)
             loaded = next((i for i, block_id in enumerate(block_ids) if block_id in failed), len(block_ids))
-            for index, block_id in enumerate(block_ids[:loaded], start=first):
-                if self.pool.blocks[block_id].block_hash is None:
-                    self.pool.register(block_id, seq.block_hashes[index])
+            self._register(seq, range(first, first + loaded))
             lost = max(0, seq.num_computed_tokens - (first + loaded) * self.block_size)
             seq.num_computed_tokens -= lost
             ended.append((seq, loaded * self.block_size, lost))
@@ -174,7 +177,17 @@ class KVCacheManager:
             return False
         if self.connector is not None:
             self.connector.reset()
+        if self.events is not None:
+            self.events.cleared()
         return True
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The KV events since the last call (the host tier's after the device's); handed over once."""
+        if self.events is None:
+            return []
+        if self.connector is not None:
+            self.events.tier_changed(*self.connector.take_events())
+        return self.events.take()
 
     def count_prefix_query(self, num_tokens: int, num_hit_tokens: int) -> None:
         self.prefix_cache_queries += num_tokens
@@ -192,10 +205,22 @@ class KVCacheManager:
             return
         num_full = min(seq.num_computed_tokens, seq.num_tokens - seq.num_pending) // self.block_size
         self._extend_hashes(seq, num_full * self.block_size)
-        for i in range(num_full):
-            block = self.pool.blocks[seq.block_table[i]]
-            if block.block_hash is None:
-                self.pool.register(block.block_id, seq.block_hashes[i])
+        self._register(seq, range(num_full))
+
+    def _register(self, seq: Sequence, indices: range) -> None:
+        """Registers the sequence's blocks at these indices that hold no hash yet."""
+        new = []
+        for index in indices:
+            block = self.pool.blocks[seq.block_table[index]]
+            if block.block_hash is None and self.pool.register(block.block_id, seq.block_hashes[index]):
+                new.append(index)
+        if new and self.events is not None:
+            self.events.stored(seq, new)
+
+    def _on_evict(self, block_id: int, block_hash: bytes) -> None:
+        self.events.evicted(block_hash)
+        if self.connector is not None:
+            self.connector.on_evict(block_id, block_hash)
 
     def trim(self, seq: Sequence, num_tokens: int) -> None:
         """Gives back the blocks past the first `num_tokens` tokens (slots of tokens a step

@@ -45,6 +45,11 @@ class ConnectorScheduler(Protocol):
         for the prefix cache."""
         ...
 
+    def take_events(self) -> tuple[list[bytes], list[bytes]]:
+        """The hashes of the blocks it took in (of those the device had cached) and let go of since the
+        last call, for KV events; handed over once."""
+        ...
+
     def count_hits(self, num_tokens: int) -> None:
         """Prompt tokens it supplied (beside the prefix cache's hits), for its statistics."""
         ...

@@ -38,6 +38,8 @@ class HostBlockPool:
         self._locked: set[int] = set()
         self._stores: list[tuple[int, int]] = []  # (device block, host slot)
         self._loads: list[tuple[int, int]] = []  # (host slot, device block)
+        self._taken_in: list[bytes] = []  # hashes stored since the last take_changes, for KV events
+        self._let_go: list[bytes] = []  # hashes whose slots were taken for others since then
         self.blocks_stored = self.blocks_loaded = self.hit_tokens = 0
 
     def __len__(self) -> int:
@@ -58,6 +60,7 @@ class HostBlockPool:
             return
         self._slots[block_hash] = slot
         self._stores.append((block_id, slot))
+        self._taken_in.append(block_hash)
         self.blocks_stored += 1
 
     def hits(self, block_hashes: list[bytes]) -> int:
@@ -87,10 +90,17 @@ class HostBlockPool:
         self._stores, self._loads, self._locked = [], [], set()
         return stores, loads
 
+    def take_changes(self) -> tuple[list[bytes], list[bytes]]:
+        """The hashes taken in and let go since the last call; handed over once."""
+        changes = self._taken_in, self._let_go
+        self._taken_in, self._let_go = [], []
+        return changes
+
     def clear(self) -> None:
         """Forgets every block (the weights changed, or the cache was reset)."""
         self._slots.clear()
         self._free = list(range(self.num_blocks - 1, -1, -1))
+        self._taken_in, self._let_go = [], []
 
     def stats(self) -> HostTierStats:
         return HostTierStats(self.num_blocks, len(self._slots), self.blocks_stored, self.blocks_loaded, self.hit_tokens)
@@ -101,5 +111,6 @@ class HostBlockPool:
         for block_hash, slot in self._slots.items():  # least recently used first
             if slot not in self._locked:
                 del self._slots[block_hash]
+                self._let_go.append(block_hash)
                 return slot
         return None

@@ -61,6 +61,9 @@ class HostTierScheduler:
     def request_finished(self, seq: Sequence) -> None:
         pass
 
+    def take_events(self) -> tuple[list[bytes], list[bytes]]:
+        return self.pool.take_changes()
+
     def count_hits(self, num_tokens: int) -> None:
         self.pool.hit_tokens += num_tokens
 
