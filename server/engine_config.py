@@ -95,7 +95,7 @@ class EngineConfig:
     )
     kv_events_config: str | None = setting(
         None,
-        'publish the KV cache\'s block events for cache-aware routers, as JSON with vLLM\'s keys: '
+        "publish the KV cache's block events for cache-aware routers, as JSON with vLLM's keys: "
         '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": '
         'null, "buffer_steps": 10000, "hwm": 100000, "max_queue_size": 100000, "topic": ""} (LLM(kv_events_config=) '
         "takes the dict too); multipart [topic, sequence number, msgpack batch] on a ZMQ PUB socket, in vLLM's "

@@ -52,7 +52,8 @@ class KVEventsConfig:
         replay = _endpoint(value, "replay_endpoint", None)
         if replay is not None and replay == endpoint and not endpoint.endswith((":*", ":0")):
             _refuse("replay_endpoint", f"must differ from endpoint ({endpoint})")
-        sizes = {name: _typed(value, name, int, getattr(cls, name)) for name in ("buffer_steps", "hwm", "max_queue_size")}
+        names = ("buffer_steps", "hwm", "max_queue_size")
+        sizes = {name: _typed(value, name, int, getattr(cls, name)) for name in names}
         for name, size in sizes.items():
             if size < (0 if name == "hwm" else 1):
                 _refuse(name, f"must be {'0' if name == 'hwm' else '1'} or more, got {size}")
@@ -70,7 +71,7 @@ def _typed(value: dict[str, Any], name: str, kind: type, default: Any) -> Any:
 
 def _endpoint(value: dict[str, Any], name: str, default: str | None) -> str | None:
     got = _typed(value, name, str, default)
-    if got is not None and (not got.startswith(("tcp://", "ipc://", "inproc://")) or "://" == got[-3:]):
+    if got is not None and (not got.startswith(("tcp://", "ipc://", "inproc://")) or got[-3:] == "://"):
         _refuse(name, f"must be a ZMQ endpoint such as tcp://*:5557, got {got!r}")
     return got
 

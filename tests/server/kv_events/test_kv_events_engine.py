@@ -85,7 +85,8 @@ def test_eviction_moves_blocks_to_the_host_tier_and_out_of_it(subscribed):
     sub.messages.clear()
     assert llm.generate({"prompt_token_ids": back}, SamplingParams(temperature=0.0, max_tokens=1))[0].num_cached_tokens
     sub.poll()
-    gpu_stored = [h for e in sub.events() if e["type"] == "BlockStored" and e["medium"] == "GPU" for h in e["block_hashes"]]
+    events = sub.events()
+    gpu_stored = [h for e in events if e["type"] == "BlockStored" and e["medium"] == "GPU" for h in e["block_hashes"]]
     assert set(chain(back, 16)) <= set(gpu_stored)
 
 

@@ -5,6 +5,7 @@ vLLM's, read by the msgpack package."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import msgpack
@@ -47,7 +48,8 @@ def test_a_malformed_config_is_refused_naming_its_field(value, field):
 
 def test_defaults_are_vllms():
     on = KVEventsConfig.parse('{"enable_kv_cache_events": true}')
-    assert on.publishes and (on.publisher, on.endpoint, on.topic, on.replay_endpoint) == ("zmq", "tcp://*:5557", "", None)
+    assert on.publishes and (on.publisher, on.endpoint, on.replay_endpoint) == ("zmq", "tcp://*:5557", None)
+    assert on.topic == ""
     assert (on.buffer_steps, on.hwm, on.max_queue_size) == (10_000, 100_000, 100_000)
     assert not KVEventsConfig.parse("{}").publishes
     assert not KVEventsConfig.parse({"enable_kv_cache_events": True, "publisher": "null"}).publishes
@@ -59,9 +61,9 @@ def test_an_endpoint_in_use_is_a_clear_error_at_once():
     first = ZmqEventPublisher(KVEventsConfig(True, "zmq", LOOPBACK))
     taken = first.bound_endpoints[0]
     try:
-        with pytest.raises(EndpointInUseError, match=f"kv_events_config.endpoint {taken} cannot be bound"):
+        with pytest.raises(EndpointInUseError, match=re.escape(f"kv_events_config.endpoint {taken} cannot be bound")):
             ZmqEventPublisher(KVEventsConfig(True, "zmq", taken))
-        with pytest.raises(EndpointInUseError, match="kv_events_config.replay_endpoint"):
+        with pytest.raises(EndpointInUseError, match=r"kv_events_config\.replay_endpoint"):
             ZmqEventPublisher(KVEventsConfig(True, "zmq", LOOPBACK, replay_endpoint=taken))
     finally:
         first.close()
