@@ -33,6 +33,7 @@ from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.request_log import RequestLog
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
+from argosy.server.api.router_routes import install_router_routes, kv_cache_info
 from argosy.server.api.tokenize_routes import install_tokenize_routes
 from argosy.server.api.weight_routes import install_weight_routes
 from argosy.server.engine.input_processor import InputProcessor
@@ -197,11 +198,15 @@ def build_app(config: ServerConfig) -> FastAPI:
         base = card(state.model_name, state.model_name, None)  # never the server's own paths
         base["weight_version"] = state.weights.version
         refs = [] if state.adapters is None else sorted(state.adapters.registry.refs.values(), key=lambda r: r.name)
-        return {"object": "list", "data": [base, *(card(r.name, r.path, state.model_name) for r in refs)]}
+        cards = [base, *(card(r.name, r.path, state.model_name) for r in refs)]
+        for model, ref in zip(cards, [None, *refs]):  # how a consumer of KV events hashes tokens itself
+            model["kv_cache"] = {**kv_cache_info(state), "hash_seed": "" if ref is None else ref.digest}
+        return {"object": "list", "data": cards}
 
     install_lora_routes(app, state, serving_engine)
     install_weight_routes(app, state, loaded_engine)
     install_tokenize_routes(app, state, loaded_engine)
+    install_router_routes(app, state)
 
     @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):

@@ -61,6 +61,7 @@ class EngineClient:
         self.watchdog = ProgressWatchdog(step_timeout, time.monotonic())
         self._streams: dict[str, RequestStream] = {}
         self._stats = ready.stats
+        self.kv_events_bound = ready.kv_events_bound  # where the core's KV events are published, as bound
         self._sent = self._received = self._waiting = self._running = self._steps = 0
         self._stopped = False
         self.dead: str | None = None  # why the core is gone (or hung, and killed), once it is

@@ -142,6 +142,7 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0)
     add_generation_prompt: bool | None = None
+    continue_final_message: bool = False
     tools: Any = None  # checked by read_tools, which names the field at fault
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None

@@ -19,21 +19,23 @@ from argosy.server.tools.request import read_tools
 
 class TokenizeRequest(BaseModel):
     """A prompt (with add_special_tokens, default true), or messages (rendered by the chat
-    template, whose text holds its special tokens: add_special_tokens defaults to false)."""
+    template, whose text holds its special tokens: add_special_tokens defaults to false). Fields
+    it does not know are ignored, as vLLM's are: routers send their own."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
-    add_generation_prompt: bool = True
+    add_generation_prompt: bool | None = None  # default true, false with continue_final_message
+    continue_final_message: bool = False
     add_special_tokens: bool | None = None
     return_token_strs: bool = False
     tools: list[Any] | None = None
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
     tokens: list[int]
@@ -53,7 +55,12 @@ def install_tokenize_routes(app: FastAPI, state: ServerState, loaded_engine: Cal
             raise InvalidRequestError("give prompt or messages (one of them)", param="prompt")
         if body.messages is not None:
             tools = read_tools(body.tools, None, None)
-            text = state.chat_format.prompt(tokenizer, body.messages, body.add_generation_prompt, tools)
+            add_generation_prompt = body.add_generation_prompt
+            if add_generation_prompt is None:
+                add_generation_prompt = not body.continue_final_message
+            text = state.chat_format.prompt(
+                tokenizer, body.messages, add_generation_prompt, tools, body.continue_final_message
+            )
             tokens = tokenizer.encode(text, bool(body.add_special_tokens))
         else:
             tokens = tokenizer.encode(body.prompt, body.add_special_tokens is not False)

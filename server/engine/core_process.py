@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         outputs.send(protocol.encode(protocol.CoreFailed(str(exc), code)))
         outputs.close()
         return code
-    outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.device.startup)))
+    bound = None if core.kv_events is None else core.kv_events.bound_endpoints
+    outputs.send(protocol.encode(protocol.CoreReady(core.stats(), core.device.startup, bound)))
     code = EngineCoreProc(core, commands, outputs).run()
     core.shutdown()
     outputs.close()

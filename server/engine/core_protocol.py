@@ -142,6 +142,7 @@ class ControlDone(msgspec.Struct, array_like=True, tag=True):
 class CoreReady(msgspec.Struct, array_like=True, tag=True):
     stats: EngineStats
     startup: str  # the startup report line
+    kv_events_bound: tuple[str, str | None] | None = None  # KV events' endpoints as bound (PUB, replay)
 
 
 class CoreFailed(msgspec.Struct, array_like=True, tag=True):

@@ -61,6 +61,15 @@ class KVEventsConfig:
         return cls(enabled, publisher, endpoint, replay, topic=topic, **sizes)
 
 
+def advertised(configured: str, bound: str | None) -> str:
+    """The endpoint to tell subscribers: as configured (a wildcard host stays, for them to read as
+    this host), with the port it was bound to where the configuration let the system choose one."""
+    host, _, port = configured.rpartition(":")
+    if bound is None or port not in ("*", "0"):
+        return configured
+    return f"{host}:{bound.rpartition(':')[2]}"
+
+
 def _typed(value: dict[str, Any], name: str, kind: type, default: Any) -> Any:
     got = value.get(name, default)
     # bool is an int to Python, never to a user: {"hwm": true} is refused.

@@ -26,12 +26,32 @@ class ChatFormat:
         return cls(template, tool_call_parser or family_of(template))
 
     def prompt(
-        self, tokenizer: Tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: ToolUse | None
+        self,
+        tokenizer: Tokenizer,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        tools: ToolUse | None,
+        continue_final_message: bool = False,
     ) -> str:
+        """The conversation as the template renders it; with `continue_final_message`, cut after the
+        final (assistant) message's text, so that the output goes on with it, as vLLM does."""
+        final = _final_text(messages) if continue_final_message else None
+        if continue_final_message and add_generation_prompt:
+            raise InvalidRequestError(
+                "continue_final_message goes on with the final message: add_generation_prompt must be false",
+                param="add_generation_prompt",
+            )
         if tools is None:
-            return tokenizer.apply_chat_template(messages, add_generation_prompt, self.template)
-        template = tools_template(self.template, self.tool_parser)
-        return tokenizer.apply_chat_template(messages, add_generation_prompt, template, tools.template_tools())
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt, self.template)
+        else:
+            template = tools_template(self.template, self.tool_parser)
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt, template, tools.template_tools())
+        if final is None:
+            return text
+        end = text.rfind(final)
+        if end < 0:
+            raise InvalidRequestError("the chat template does not show the final message's text", param="messages")
+        return text[: end + len(final)]
 
     def parser(self, tools: ToolUse | None) -> ToolParser | None:
         """What reads the calls of a request's output (None: it makes none)."""
@@ -48,6 +68,15 @@ class ChatFormat:
                 param="tool_choice",
             )
         return PARSERS[self.tool_parser]()
+
+
+def _final_text(messages: list[dict[str, Any]]) -> str:
+    final = messages[-1] if messages else None
+    if not isinstance(final, dict) or final.get("role") != "assistant" or not isinstance(final.get("content"), str):
+        raise InvalidRequestError(
+            "continue_final_message needs a final assistant message with text content", param="messages"
+        )
+    return final["content"]
 
 
 def load_chat_template(value: str) -> str:

@@ -1,0 +1,72 @@
+"""A replica with KV events on, over HTTP: it tells routers what they ask (/server_info and its
+vLLM-router name, /kv_event_sources with the port it bound, /v1/models with how blocks are hashed),
+and a completion's blocks arrive with the hashes a consumer computes from that description and the
+prompt's tokens from /tokenize (unknown fields ignored, as vLLM does)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.processes import MODEL
+from tests.server.api.servers import run_server
+from tests.server.kv_events.vllm_subscriber import Subscriber, chain
+
+PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps in the warm afternoon sun " * 2
+
+
+@pytest.fixture(scope="module")
+def events_server(llama_checkpoint):
+    config = {"enable_kv_cache_events": True, "endpoint": "tcp://127.0.0.1:*", "replay_endpoint": "tcp://127.0.0.1:*"}
+    with run_server(llama_checkpoint, kv_events_config=json.dumps(config)) as running:
+        yield running
+
+
+def test_it_tells_routers_its_model_block_size_hashing_and_event_sources(events_server):
+    url = events_server.url
+    info = httpx.get(f"{url}/server_info").json()
+    assert httpx.get(f"{url}/get_server_info").json() == info
+    assert info["block_size"] == 16 and info["model"] == MODEL
+    assert info["vllm_config"]["model_config"]["model"] == MODEL
+    assert info["vllm_config"]["cache_config"]["block_size"] == 16
+    assert info["vllm_config"]["cache_config"]["hash_function"] == "sha256"
+    sources = httpx.get(f"{url}/kv_event_sources").json()
+    (source,) = sources.values()
+    assert list(sources) == ["0"] and source["topic"] == "" and source["publisher"] == "zmq"
+    assert source["endpoint"].startswith("tcp://127.0.0.1:") and not source["endpoint"].endswith(":*")
+    assert source["replay_endpoint"] != source["endpoint"] and source["encoding"] == "msgpack"
+    (card,) = httpx.get(f"{url}/v1/models").json()["data"]
+    assert card["kv_cache"]["block_size"] == 16 and card["kv_cache"]["hash_seed"] == ""
+
+
+def test_a_completions_blocks_arrive_with_the_hashes_a_consumer_computes(events_server):
+    url = events_server.url
+    sub = Subscriber(httpx.get(f"{url}/kv_event_sources").json()["0"]["endpoint"])
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1, "temperature": 0}
+    try:
+        probes = iter(range(1000))  # each a new prompt: new blocks, new events
+        sub.wait_connected(lambda: httpx.post(f"{url}/v1/completions", json={**body, "prompt": f"{next(probes)} " * 20}))
+        sub.messages.clear()
+        httpx.post(f"{url}/v1/completions", json=body).raise_for_status()
+        sub.poll()
+        # What the vLLM router sends /tokenize: a field this server does not know is ignored.
+        tokens = httpx.post(f"{url}/tokenize", json={"model": MODEL, "prompt": PROMPT, "cache_salt": None}).json()
+        stored = [h for e in sub.events() if e["type"] == "BlockStored" for h in e["block_hashes"]]
+        assert stored == chain(tokens["tokens"], 16) and len(stored) >= 2
+    finally:
+        sub.close()
+
+
+def test_tokenize_continues_a_final_assistant_message(events_server):
+    url, tokenizer = events_server.url, events_server.engine.tokenizer
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello, I am"}]
+    body = {"model": MODEL, "messages": messages, "continue_final_message": True}
+    tokens = httpx.post(f"{url}/tokenize", json=body).json()["tokens"]
+    text = tokenizer.decode(tokens, skip_special_tokens=False)
+    assert text.endswith("Hello, I am") and text.startswith(tokenizer.apply_chat_template(messages[:1], False)[:10])
+    both = httpx.post(f"{url}/tokenize", json={**body, "add_generation_prompt": True})
+    assert both.status_code == 400 and both.json()["error"]["param"] == "add_generation_prompt"
+    user_last = httpx.post(f"{url}/tokenize", json={**body, "messages": messages[:1]})
+    assert user_last.status_code == 400 and user_last.json()["error"]["param"] == "messages"
