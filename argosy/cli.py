@@ -1,4 +1,4 @@
-"""The `argosy` command: `argosy serve`, `argosy operator`, `argosy agent`, `argosy generate`.
+"""The `argosy` command: `argosy serve`, `argosy operator`, `argosy agent`, `argosy kv-events`, `argosy generate`.
 
 Only the chosen verb's module is imported, so that `argosy operator` never loads torch."""
 
@@ -16,6 +16,12 @@ VERBS = {
         "run a node's model-cache agent, or print a folder's manifest (agent manifest FOLDER)",
         "argosy.operator.model_cache.agent.main",
         "add_agent_args",
+        "run",
+    ),
+    "kv-events": (
+        "print a replica's KV-cache events; with --check URL --prompt TEXT, check they carry the hashes expected",
+        "argosy.server.kv_events.inspect_command",
+        "add_kv_events_args",
         "run",
     ),
     "generate": (

@@ -31,9 +31,9 @@ from argosy.server.api.openapi_spec import (
 )
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.request_log import RequestLog
+from argosy.server.api.router_routes import install_router_routes, kv_cache_info
 from argosy.server.api.server_config import ServerConfig
 from argosy.server.api.server_state import ServerState
-from argosy.server.api.router_routes import install_router_routes, kv_cache_info
 from argosy.server.api.tokenize_routes import install_tokenize_routes
 from argosy.server.api.weight_routes import install_weight_routes
 from argosy.server.engine.input_processor import InputProcessor

@@ -1,15 +1,22 @@
 """A replica with KV events on, over HTTP: it tells routers what they ask (/server_info and its
 vLLM-router name, /kv_event_sources with the port it bound, /v1/models with how blocks are hashed),
 and a completion's blocks arrive with the hashes a consumer computes from that description and the
-prompt's tokens from /tokenize (unknown fields ignored, as vLLM does)."""
+prompt's tokens from /tokenize (unknown fields ignored, as vLLM does); `argosy kv-events` checks a
+prompt's blocks against a server and prints the stream."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
 
+from argosy.server.kv_events.inspect_command import block_hashes, report
+from argosy.server.kv_events.wire import BlockStored
 from tests.processes import MODEL
 from tests.server.api.servers import run_server
 from tests.server.kv_events.vllm_subscriber import Subscriber, chain
@@ -47,7 +54,9 @@ def test_a_completions_blocks_arrive_with_the_hashes_a_consumer_computes(events_
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 1, "temperature": 0}
     try:
         probes = iter(range(1000))  # each a new prompt: new blocks, new events
-        sub.wait_connected(lambda: httpx.post(f"{url}/v1/completions", json={**body, "prompt": f"{next(probes)} " * 20}))
+        sub.wait_connected(
+            lambda: httpx.post(f"{url}/v1/completions", json={**body, "prompt": f"{next(probes)} " * 20})
+        )
         sub.messages.clear()
         httpx.post(f"{url}/v1/completions", json=body).raise_for_status()
         sub.poll()
@@ -70,3 +79,29 @@ def test_tokenize_continues_a_final_assistant_message(events_server):
     assert both.status_code == 400 and both.json()["error"]["param"] == "add_generation_prompt"
     user_last = httpx.post(f"{url}/tokenize", json={**body, "messages": messages[:1]})
     assert user_last.status_code == 400 and user_last.json()["error"]["param"] == "messages"
+
+
+def test_the_kv_events_tool_checks_a_prompts_blocks_and_prints_the_stream(events_server):
+    url = events_server.url
+    prompt = "A fleet whose hit rate is zero starts here: does each block arrive under its hash? " * 3
+    command = [sys.executable, "-P", "-m", "argosy.cli", "kv-events", url, "--check", url, "--prompt", prompt]
+    checked = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0 and "ok: all" in checked.stdout, checked.stdout + checked.stderr
+    watch = subprocess.Popen(
+        [sys.executable, "-P", "-m", "argosy.cli", "kv-events", url, "--seconds", "4"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.5)
+    httpx.post(
+        f"{url}/v1/completions", json={"model": MODEL, "prompt": "news " * 40, "max_tokens": 1}
+    ).raise_for_status()
+    out, _ = watch.communicate(timeout=30)
+    assert re.search(r"^\d+ [\d.]+ BlockStored GPU parent=- blocks=\[[0-9a-f]{16}", out, re.M), out
+
+
+def test_a_mismatch_of_hash_settings_is_named():
+    tokens = list(range(32))
+    other = BlockStored([1, 2], None, tokens, 16, None, "GPU", None)
+    assert report(block_hashes(tokens, 16), {1, 2}, [other]) == 1
+    assert report(block_hashes(tokens, 16), set(block_hashes(tokens, 16)), []) == 0
