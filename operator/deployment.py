@@ -18,6 +18,7 @@ from argosy.operator.owner import Owner
 from argosy.operator.spec import (
     MODEL_MOUNT,
     InferenceServiceSpec,
+    KVEventsSpec,
     LoRASpec,
     SpeculativeSpec,
     engine_flags,
@@ -64,10 +65,12 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
                 args.append(flag if value else flag.replace("--", "--no-", 1))
             elif isinstance(value, list):  # a repeatable flag
                 args += [arg for item in value for arg in (flag, str(item))]
-            elif isinstance(value, SpeculativeSpec):
+            elif isinstance(value, SpeculativeSpec | KVEventsSpec):
                 args += [flag, value.flag_value()]
             else:
                 args += [flag, str(value)]
+    if spec.engine.kvEventsConfig is None and spec.kv_events is not None:  # turned on for a kv_aware router
+        args += [engine_flags()["kvEventsConfig"], spec.kv_events.flag_value()]
     return args
 
 
@@ -111,13 +114,7 @@ def _pod_spec(owner: Owner, spec: InferenceServiceSpec, cache_root: str) -> dict
         ],
         # The server drains for up to shutdownTimeoutSeconds after the preStop pause.
         "terminationGracePeriodSeconds": spec.engine.shutdownTimeoutSeconds + PRE_STOP_SLEEP_SECONDS + 15,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security(),
         "enableServiceLinks": False,
     }
     if lora_enabled(spec):
@@ -125,14 +122,34 @@ def _pod_spec(owner: Owner, spec: InferenceServiceSpec, cache_root: str) -> dict
     node_selector = {**spec.model.nodeSelector, **spec.nodeSelector}
     optional = {
         "nodeSelector": node_selector,
-        "tolerations": _dump(spec.tolerations),
+        "tolerations": dump_items(spec.tolerations),
         "affinity": _with_cache(spec.affinity, owner, spec),
-        "imagePullSecrets": _dump(spec.imagePullSecrets),
+        "imagePullSecrets": dump_items(spec.imagePullSecrets),
         "serviceAccountName": spec.serviceAccountName,
         "priorityClassName": spec.priorityClassName,
     }
     pod.update({k: v for k, v in optional.items() if v})
     return pod
+
+
+def pod_security() -> dict[str, Any]:
+    """Non-root with the image's own uid, the runtime's default seccomp profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
@@ -151,7 +168,7 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
         "imagePullPolicy": spec.imagePullPolicy,
         "command": ["argosy"],
         "args": server_args(spec),
-        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}, *_event_ports(spec)],
         "env": env,
         "volumeMounts": [
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
@@ -176,18 +193,23 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
             "failureThreshold": LIVENESS_FAILURES,
         },
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_SECONDS)]}}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     resources = with_swap_space(spec.resources.model_dump(exclude_defaults=True), spec.engine.swapSpace)
     if resources:
         container["resources"] = resources
     return container
+
+
+def _event_ports(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
+    events = spec.kv_events
+    if events is None:
+        return []
+    ports = [{"name": "kv-events", "containerPort": events.port, "protocol": "TCP"}]
+    if events.replayPort is not None:
+        ports.append({"name": "kv-replay", "containerPort": events.replayPort, "protocol": "TCP"})
+    return ports
 
 
 SHM_PER_RANK = 1 << 30  # the collectives' buffers between the ranks of one pod
@@ -218,7 +240,7 @@ def with_swap_space(resources: dict[str, Any], swap_gib: float) -> dict[str, Any
     return resources
 
 
-def _dump(items: list[BaseModel]) -> list[dict[str, Any]]:
+def dump_items(items: list[BaseModel]) -> list[dict[str, Any]]:
     """Typed list items as the pod takes them, without the fields left out."""
     return [item.model_dump(exclude_none=True) for item in items]
 

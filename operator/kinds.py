@@ -47,9 +47,24 @@ INFERENCE_POOL = Kind("inference.networking.k8s.io", "v1", "inferencepools", "In
 HTTP_ROUTE = Kind("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute")
 GATEWAY = Kind("gateway.networking.k8s.io", "v1", "gateways", "Gateway")
 POD = Kind("", "v1", "pods", "Pod")
+SERVICE_ACCOUNT = Kind("", "v1", "serviceaccounts", "ServiceAccount")
+ROLE = Kind("rbac.authorization.k8s.io", "v1", "roles", "Role")
+ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding")
 INFERENCE_SERVICE = Kind(GROUP, VERSION, "inferenceservices", "InferenceService")
 MODEL_CACHE = Kind(GROUP, VERSION, "modelcaches", "ModelCache")
 NODE = Kind("", "v1", "nodes", "Node")  # cluster-scoped: its path takes no namespace
 SECRET = Kind("", "v1", "secrets", "Secret")
 # What the operator creates for an InferenceService (pods through the Deployment), and so watches.
-OWNED_KINDS = (DEPLOYMENT, SERVICE, PDB, POD, CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+OWNED_KINDS = (
+    DEPLOYMENT,
+    SERVICE,
+    PDB,
+    POD,
+    CONFIG_MAP,
+    SCALED_OBJECT,
+    INFERENCE_POOL,
+    HTTP_ROUTE,
+    SERVICE_ACCOUNT,
+    ROLE,
+    ROLE_BINDING,
+)

@@ -36,11 +36,20 @@ def owner_reference(owner: Owner) -> dict[str, Any]:
     }
 
 
-def metadata(owner: Owner) -> dict[str, Any]:
+def router_selector_labels(owner: Owner) -> dict[str, str]:
+    """The router's pods: never selected by the server's selector (its Service, PDB and pool)."""
+    return {"app.kubernetes.io/name": "argosy-router", "app.kubernetes.io/instance": owner.name}
+
+
+def router_labels(owner: Owner) -> dict[str, str]:
+    return {**labels(owner), **router_selector_labels(owner), "app.kubernetes.io/component": "router"}
+
+
+def metadata(owner: Owner, name: str | None = None, object_labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
-        "name": owner.name,
+        "name": name or owner.name,
         "namespace": owner.namespace,
-        "labels": labels(owner),
+        "labels": object_labels or labels(owner),
         "ownerReferences": [owner_reference(owner)],
     }
 

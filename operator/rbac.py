@@ -15,8 +15,11 @@ from argosy.operator.kinds import (
     NODE,
     PDB,
     POD,
+    ROLE,
+    ROLE_BINDING,
     SCALED_OBJECT,
     SERVICE,
+    SERVICE_ACCOUNT,
 )
 
 Rule = tuple[str, tuple[str, ...], tuple[str, ...]]  # (apiGroup, resources, verbs)
@@ -26,14 +29,23 @@ RULES: list[Rule] = [
     (INFERENCE_SERVICE.group, (INFERENCE_SERVICE.plural,), ("patch",)),
     *((r.kind.group, (f"{r.kind.plural}/status",), ("patch",)) for r in RESOURCES),
     # What the operator builds: created, and patched back when it drifts; optional kinds also deleted.
-    *((k.group, (k.plural,), ("get", "list", "watch", "create", "patch")) for k in (DEPLOYMENT, SERVICE, PDB)),
+    (PDB.group, (PDB.plural,), ("get", "list", "watch", "create", "patch")),
     *(
         (k.group, (k.plural,), ("get", "list", "watch", "create", "patch", "delete"))
-        for k in (CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+        for k in (DEPLOYMENT, SERVICE, CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+    ),
+    # The router's identity, and its Role and binding (ROUTER_RULES).
+    *(
+        (k.group, (k.plural,), ("get", "list", "watch", "create", "patch", "delete"))
+        for k in (SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
     ),
     (POD.group, (POD.plural,), ("list", "watch")),
     ("", ("events",), ("create",)),
 ]
+
+# What the router's Role grants it (it watches the pods); not a call of the operator's, but held by it,
+# since RBAC lets no one grant what it does not hold.
+ROUTER_RULES: list[Rule] = [(POD.group, (POD.plural,), ("get", "list", "watch"))]
 
 # Cluster-scoped kinds the operator reads: the nodes a ModelCache selects.
 NODE_RULES: list[Rule] = [(NODE.group, (NODE.plural,), ("list",))]

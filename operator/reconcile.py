@@ -22,8 +22,11 @@ from argosy.operator.kinds import (
     MODEL_CACHE,
     PDB,
     POD,
+    ROLE,
+    ROLE_BINDING,
     SCALED_OBJECT,
     SERVICE,
+    SERVICE_ACCOUNT,
     Kind,
 )
 from argosy.operator.kube import KindNotInstalled, KubeClient
@@ -31,6 +34,8 @@ from argosy.operator.labels import selector_string
 from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
 from argosy.operator.model_cache.status import service_cache
 from argosy.operator.owner import Owner
+from argosy.operator.router import ROUTER_SUFFIX, build_router_objects, router_name, router_url
+from argosy.operator.router_status import router_condition
 from argosy.operator.routing import build_http_route, build_inference_pool
 from argosy.operator.routing_status import routing_problem
 from argosy.operator.scaledobject import build_scaled_object
@@ -44,9 +49,16 @@ ADD_ON_KINDS = {
     HTTP_ROUTE: ("GatewayAPINotInstalled", "a route needs the Gateway API's CRDs"),
     INFERENCE_POOL: ("InferencePoolNotInstalled", "routing needs the Gateway API Inference Extension's CRDs"),
 }
-# Kinds only some specs have, in the order they go when the spec drops them: the ScaledObject
-# before the replica count returns to the Deployment, a route before the pool it sends to.
-OPTIONAL_KINDS = (SCALED_OBJECT, HTTP_ROUTE, INFERENCE_POOL, CONFIG_MAP)
+# Objects only some specs have, by kind and name suffix, in the order they go when the spec drops
+# them: the ScaledObject before the replica count returns to the Deployment, a route before the pool
+# it sends to, the router before its permissions.
+OPTIONAL_OBJECTS = (
+    (SCALED_OBJECT, ""),
+    (HTTP_ROUTE, ""),
+    (INFERENCE_POOL, ""),
+    (CONFIG_MAP, ""),
+    *((kind, ROUTER_SUFFIX) for kind in (DEPLOYMENT, SERVICE, ROLE_BINDING, ROLE, SERVICE_ACCOUNT)),
+)
 
 
 @dataclass
@@ -68,17 +80,21 @@ def desired_objects(
         objects.append((SCALED_OBJECT, build_scaled_object(owner, spec)))
     if lora_enabled(spec):
         objects.append((CONFIG_MAP, build_adapters_config_map(owner, spec)))
-    if spec.routing is not None:
-        objects.append((INFERENCE_POOL, build_inference_pool(owner, spec.routing)))
-        if spec.routing.route is not None:
-            objects.append((HTTP_ROUTE, build_http_route(owner, spec, spec.routing.route)))
+    routing = spec.routing
+    if routing is not None and routing.endpointPicker is not None:
+        objects.append((INFERENCE_POOL, build_inference_pool(owner, routing.endpointPicker)))
+        if routing.route is not None:
+            objects.append((HTTP_ROUTE, build_http_route(owner, spec, routing.route)))
+    if routing is not None and routing.router is not None:
+        objects += build_router_objects(owner, spec, cache_root)
     return objects
 
 
-def dropped_kinds(desired: list[tuple[Kind, dict[str, Any]]]) -> list[Kind]:
-    """The optional kinds that are not among the desired objects, in the order they go."""
-    wanted = {kind for kind, _ in desired}
-    return [kind for kind in OPTIONAL_KINDS if kind not in wanted]
+def dropped_objects(owner: Owner, desired: list[tuple[Kind, dict[str, Any]]]) -> list[tuple[Kind, str]]:
+    """The optional objects, by kind and name, that are not among the desired ones, in the order they go."""
+    wanted = {(kind, obj["metadata"]["name"]) for kind, obj in desired}
+    named = [(kind, owner.name + suffix) for kind, suffix in OPTIONAL_OBJECTS]
+    return [item for item in named if item not in wanted]
 
 
 def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_CACHE_ROOT) -> ReconcileResult:
@@ -92,26 +108,30 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, now()), problem)
     objects = desired_objects(owner, spec, cache_root)
-    for kind in dropped_kinds(objects):
+    for kind, name in dropped_objects(owner, objects):
         try:
-            if _remove(kube, kind, owner):
-                changes.append(f"deleted {kind.kind} {owner.name}")
+            if _remove(kube, kind, owner, name):
+                changes.append(f"deleted {kind.kind} {name}")
         except ApiException as exc:
             problem = problem or failure(kind, owner, exc)
-    applied: dict[Kind, dict[str, Any]] = {}
+    applied: dict[tuple[Kind, str], dict[str, Any]] = {}
     for kind, desired in objects:
+        name = desired["metadata"]["name"]
         try:
-            change, applied[kind] = apply(kube, kind, desired, owner)
+            change, applied[kind, name] = apply(kube, kind, desired, owner)
         except (NotOwned, KindNotInstalled, ApiException) as exc:
             problem = problem or failure(kind, owner, exc)
         else:
             if change:
-                changes.append(f"{change} {kind.kind} {owner.name}")
-    deployment = applied.get(DEPLOYMENT)
+                changes.append(f"{change} {kind.kind} {name}")
+    deployment = applied.get((DEPLOYMENT, owner.name))
     pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
     min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
     routing = routing_problem(
-        owner, spec.routing and spec.routing.route, applied.get(INFERENCE_POOL), applied.get(HTTP_ROUTE)
+        owner,
+        spec.routing and spec.routing.route,
+        applied.get((INFERENCE_POOL, owner.name)),
+        applied.get((HTTP_ROUTE, owner.name)),
     )
     cache = None
     if spec.model.cacheRef is not None:  # its copies decide where the pods may run
@@ -122,6 +142,10 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
     status = compute_status(owner, deployment, pods, problem, previous, now(), min_ready, routing)
     if cache is not None:
         status["modelCache"] = cache
+    if spec.routing is not None and spec.routing.router is not None:
+        live_router = applied.get((DEPLOYMENT, router_name(owner)))
+        status["conditions"].append(router_condition(live_router, owner.generation, previous, now()))
+        status["routerUrl"] = router_url(owner)
     return ReconcileResult(status, problem, changes)
 
 
@@ -174,14 +198,14 @@ def apply(kube: KubeClient, kind: Kind, desired: dict[str, Any], owner: Owner) -
     return None, live
 
 
-def _remove(kube: KubeClient, kind: Kind, owner: Owner) -> bool:
+def _remove(kube: KubeClient, kind: Kind, owner: Owner, name: str) -> bool:
     try:
-        live = kube.get(kind, owner.namespace, owner.name)
+        live = kube.get(kind, owner.namespace, name)
     except ApiException:
         return False
     if live is None or not _owned(live, owner):
         return False
-    kube.delete(kind, owner.namespace, owner.name)
+    kube.delete(kind, owner.namespace, name)
     return True
 
 

@@ -51,11 +51,12 @@ class InferenceServiceStatus(BaseModel):
     readyReplicas: int | None = Field(None, description="Server pods that are ready.")
     selector: str | None = Field(None, description="Label selector of the server pods (for the scale subresource).")
     url: str | None = Field(None, description="The OpenAI-compatible API inside the cluster.")
+    routerUrl: str | None = Field(None, description="With spec.routing.router: the API through the router.")
     modelCache: ModelCacheUse | None = Field(None, description="With spec.model.cacheRef: where copies are ready.")
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-        description="Ready, Reconciling and Stalled.",
+        description="Ready, Reconciling and Stalled; RouterReady with spec.routing.router.",
     )
 
 

@@ -12,15 +12,14 @@ from typing import Any
 from argosy.operator.kinds import GATEWAY, HTTP_ROUTE, INFERENCE_POOL, SERVICE
 from argosy.operator.labels import manifest, selector_labels
 from argosy.operator.owner import Owner
-from argosy.operator.spec import InferenceServiceSpec, RouteSpec, RoutingSpec
+from argosy.operator.spec import EndpointPickerSpec, InferenceServiceSpec, RouteSpec
 from argosy.server.interface import SERVER_PORT
 
 # Set by the Inference Extension's body-based router from the request body's `model` field.
 MODEL_HEADER = "X-Gateway-Model-Name"
 
 
-def build_inference_pool(owner: Owner, routing: RoutingSpec) -> dict[str, Any]:
-    picker = routing.endpointPicker
+def build_inference_pool(owner: Owner, picker: EndpointPickerSpec) -> dict[str, Any]:
     return manifest(
         INFERENCE_POOL,
         owner,

@@ -54,7 +54,7 @@ def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str
         raise ValueError("only a service with autoscaling has a ScaledObject")
     # trigger name -> (query, value per replica)
     triggers = {"waiting-requests": (waiting_requests_query(owner), a.targetWaitingRequests)}
-    if service.routing is not None:
+    if service.routing is not None and service.routing.endpointPicker is not None:
         triggers["held-requests"] = (held_requests_query(owner), a.targetWaitingRequests)
     if a.minReplicas == 0:
         triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)

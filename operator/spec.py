@@ -186,6 +186,42 @@ class SpeculativeSpec(KubeModel):
         return json.dumps({key: value for key, value in config.items() if value is not None})
 
 
+KV_EVENTS_PORT = 5557
+
+
+class KVEventsSpec(KubeModel):
+    """The KV cache's block events (--kv-events-config), in vLLM's format on a ZMQ PUB socket of each pod,
+    for cache-aware routers (the router spec.routing.router runs, llm-d's precise prefix-cache scorer)."""
+
+    port: int = Field(KV_EVENTS_PORT, ge=1024, le=65535, description="The pods' port the events are published on.")
+    replayPort: int | None = Field(
+        None,
+        ge=1024,
+        le=65535,
+        description="A port that replays recent event batches to a subscriber that missed them.",
+    )
+    bufferSteps: int = Field(10_000, ge=1, le=1_000_000, description="Event batches kept for replay.")
+    hwm: int = Field(100_000, ge=0, description="Messages a slow subscriber may lag before it loses some.")
+    maxQueueSize: int = Field(
+        100_000, ge=1, description="Batches waiting to be sent before new ones are dropped (never blocking a step)."
+    )
+    topic: str = Field("", max_length=256, description="The topic of every message; routers subscribe to all.")
+
+    def flag_value(self) -> str:
+        """The JSON `argosy serve --kv-events-config` takes."""
+        config = {
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": f"tcp://*:{self.port}",
+            "replay_endpoint": None if self.replayPort is None else f"tcp://*:{self.replayPort}",
+            "buffer_steps": self.bufferSteps,
+            "hwm": self.hwm,
+            "max_queue_size": self.maxQueueSize,
+            "topic": self.topic,
+        }
+        return json.dumps({key: value for key, value in config.items() if value is not None})
+
+
 class EngineSpec(KubeModel):
     """Settings of `argosy serve`; names and defaults are the server's (vLLM's names)."""
 
@@ -336,6 +372,13 @@ class EngineSpec(KubeModel):
     speculativeConfig: SpeculativeSpec | None = serve_setting(
         "speculative_config", description="Speculative decoding (--speculative-config); default: none."
     )
+    kvEventsConfig: KVEventsSpec | None = serve_setting(
+        "kv_events_config",
+        description=(
+            "Publish the KV cache's block events (--kv-events-config); default: off, or on at port 5557 when "
+            "spec.routing.router's policy is kv_aware."
+        ),
+    )
     apiKeySecretRef: SecretKeyRef | None = Field(
         None, description=("Secret key holding the API key clients must send as a bearer token.")
     )
@@ -453,12 +496,54 @@ class RouteSpec(KubeModel):
     )
 
 
-class RoutingSpec(KubeModel):
-    """When present, the pods join an InferencePool (inference.networking.k8s.io/v1) whose
-    Endpoint Picker routes each request by the pods' queue depth, KV-cache use and prefix
-    affinity, read from their vllm:* metrics."""
+ROUTER_POLICIES = ("kv_aware", "cache_aware", "power_of_two", "round_robin", "consistent_hash")
+RouterPolicy = Literal["kv_aware", "cache_aware", "power_of_two", "round_robin", "consistent_hash"]
 
-    endpointPicker: EndpointPickerSpec
+
+class RouterSpec(KubeModel):
+    """A router the operator runs in front of the pods: the vLLM router (a Rust router, shipped in
+    Argosy's image), as a Deployment and a Service `<name>-router` on port 8000, which finds the pods by
+    their labels as they come and go, and, with kv_aware, subscribes to each pod's KV-cache events to
+    send each request where its prefix is cached."""
+
+    policy: RouterPolicy = Field(
+        "kv_aware",
+        description=(
+            "kv_aware: where the pods' KV-cache events say the prompt's prefix is cached, weighed with load; "
+            "cache_aware: an approximate prefix tree of what the router sent where; power_of_two: the less loaded "
+            "of two; round_robin; consistent_hash: by session or user."
+        ),
+    )
+    replicas: int = Field(1, ge=1, le=16, description="Router replicas (each keeps its own index).")
+    image: str | None = Field(None, min_length=1, description="The router's image; default: spec.image.")
+    resources: ResourceRequirements = Field(
+        default_factory=lambda: ResourceRequirements(requests={"cpu": "500m", "memory": "512Mi"}),
+        description="The router container's resources.",
+    )
+
+
+class RoutingSpec(KubeModel):
+    """How requests reach the pods: an InferencePool (inference.networking.k8s.io/v1) whose Endpoint
+    Picker routes each request by the pods' queue depth, KV-cache use and prefix affinity, read from
+    their vllm:* metrics; or a router the operator runs."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            cel(
+                "has(self.endpointPicker) != has(self.router)",
+                "spec.routing needs exactly one of endpointPicker and router",
+            ),
+            cel(
+                "!has(self.route) || has(self.endpointPicker)",
+                "spec.routing.route sends a Gateway's traffic to the InferencePool: "
+                "it needs spec.routing.endpointPicker",
+                ".route",
+            ),
+        )
+    )
+
+    endpointPicker: EndpointPickerSpec | None = None
+    router: RouterSpec | None = None
     route: RouteSpec | None = None
 
 
@@ -527,9 +612,10 @@ class InferenceServiceSpec(KubeModel):
     model_config = ConfigDict(
         json_schema_extra=rules(
             cel(
-                "!has(self.autoscaling) || self.autoscaling.minReplicas > 0 || has(self.routing)",
-                "spec.autoscaling.minReplicas may be 0 only with spec.routing: without the Endpoint Picker "
-                "holding requests, nothing could scale the service up from zero",
+                "!has(self.autoscaling) || self.autoscaling.minReplicas > 0 || "
+                "(has(self.routing) && has(self.routing.endpointPicker))",
+                "spec.autoscaling.minReplicas may be 0 only with spec.routing.endpointPicker: without the Endpoint "
+                "Picker holding requests, nothing could scale the service up from zero",
                 ".autoscaling.minReplicas",
             ),
             cel(
@@ -566,6 +652,15 @@ class InferenceServiceSpec(KubeModel):
     autoscaling: AutoscalingSpec | None = None
     routing: RoutingSpec | None = None
     lora: LoRASpec | None = None
+
+    @property
+    def kv_events(self) -> KVEventsSpec | None:
+        """The pods' KV events: as set, or on with defaults for a kv_aware router."""
+        router = self.routing and self.routing.router
+        if self.engine.kvEventsConfig is None and router is not None and router.policy == "kv_aware":
+            return KVEventsSpec()
+        return self.engine.kvEventsConfig
+
     adapters: list[AdapterSpec] = Field(
         default_factory=list,
         max_length=256,

@@ -125,8 +125,8 @@ def kstatus_conditions(
     reconciling."""
     reconciling = ready == "False" and not stalled
     return [
-        _condition("Ready", ready, reason, message, generation, previous, now),
-        _condition(
+        condition("Ready", ready, reason, message, generation, previous, now),
+        condition(
             "Reconciling",
             "True" if reconciling else "False",
             reason if reconciling else "Reconciled",
@@ -135,7 +135,7 @@ def kstatus_conditions(
             previous,
             now,
         ),
-        _condition(
+        condition(
             "Stalled",
             "True" if stalled else "False",
             reason if stalled else "NotStalled",
@@ -156,7 +156,7 @@ def _rolled_out(deployment: dict[str, Any], desired: int, autoscaled: bool) -> b
     return observed and current <= updated and (autoscaled or updated >= desired)
 
 
-def _condition(
+def condition(
     kind: str, status: str, reason: str, message: str, generation: int, previous: list[dict[str, Any]], now: str
 ) -> dict[str, Any]:
     before = find_condition(previous, kind)

@@ -150,13 +150,15 @@ def table(*tables) -> set[tuple[str, str, str]]:
 def test_rbac_is_exactly_the_operators_table():
     cluster = render({})
     assert rules_of(cluster, "ClusterRole", "argosy") == table(
-        rbac.RULES, rbac.ADMISSION_RULES, rbac.PEERING_RULES, rbac.CLUSTER_RULES, rbac.NODE_RULES
+        rbac.RULES, rbac.ADMISSION_RULES, rbac.ROUTER_RULES, rbac.PEERING_RULES, rbac.CLUSTER_RULES, rbac.NODE_RULES
     )
     scoped = render(OPTIONS["namespace-scope"])
     roles = [d for d in scoped if d["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["batch", "llm"]
     for role in roles:
-        assert rules_of([role], "Role") == table(rbac.RULES, rbac.ADMISSION_RULES, rbac.PEERING_RULES)
+        assert rules_of([role], "Role") == table(
+            rbac.RULES, rbac.ADMISSION_RULES, rbac.ROUTER_RULES, rbac.PEERING_RULES
+        )
     assert rules_of(scoped, "ClusterRole", "argosy-discovery") == table(rbac.CLUSTER_RULES, rbac.NODE_RULES)
     binding = next(d for d in cluster if d["kind"] == "ClusterRoleBinding" and d["metadata"]["name"] == "argosy")
     account = next(d for d in cluster if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "argosy")

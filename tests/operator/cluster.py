@@ -28,6 +28,9 @@ PDBS = kmock.resource("policy", "v1", "poddisruptionbudgets")
 SCALED_OBJECTS = kmock.resource("keda.sh", "v1alpha1", "scaledobjects")
 INFERENCE_POOLS = kmock.resource("inference.networking.k8s.io", "v1", "inferencepools")
 HTTP_ROUTES = kmock.resource("gateway.networking.k8s.io", "v1", "httproutes")
+SERVICE_ACCOUNTS = kmock.resource("", "v1", "serviceaccounts")
+ROLES = kmock.resource("rbac.authorization.k8s.io", "v1", "roles")
+ROLE_BINDINGS = kmock.resource("rbac.authorization.k8s.io", "v1", "rolebindings")
 # Each add-on's kinds: (resource, kind, singular).
 ADD_ONS = {
     "keda": [(SCALED_OBJECTS, "ScaledObject", "scaledobject")],

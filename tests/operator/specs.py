@@ -147,4 +147,11 @@ SPECS = {
             },
         },
     },
+    "router-kv-aware": {"model": MODEL, "routing": {"router": {}}, "autoscaling": AUTOSCALING},
+    "router-model-cache": {  # the router tokenizes from the node's copy of the model
+        "model": {"name": "llama-3-8b", "cacheRef": {"name": "llama-3-8b"}},
+        "routing": {"router": {"policy": "cache_aware", "replicas": 2, "image": "registry.example.com/router:1"}},
+        "engine": {"kvEventsConfig": {"port": 6000, "replayPort": 6001, "bufferSteps": 500}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
 }

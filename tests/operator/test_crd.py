@@ -80,7 +80,20 @@ BAD = [
     (with_("modle", {}), ["spec", "modle"]),
     (with_("autoscaling.minReplicas", 0), ["spec.autoscaling.minReplicas", "only with spec.routing"]),
     (with_("autoscaling.minReplicas", -1), ["spec.autoscaling.minReplicas", "minimum"]),
-    (with_("routing", {}), ["spec.routing", "endpointPicker", "required"]),
+    (with_("routing", {}), ["spec.routing", "exactly one of endpointPicker and router"]),
+    (
+        with_("routing", {**ROUTING, "router": {}}),
+        ["spec.routing", "exactly one of endpointPicker and router"],
+    ),
+    (with_("routing", {"router": {}, "route": ROUTE}), ["spec.routing.route", "needs spec.routing.endpointPicker"]),
+    (with_("routing", {"router": {"policy": "random"}}), ["spec.routing.router.policy"]),
+    (with_("routing", {"router": {"replicas": 0}}), ["spec.routing.router.replicas"]),
+    (
+        with_("autoscaling", {**AUTOSCALING, "minReplicas": 0}) | {"routing": {"router": {}}},
+        ["spec.autoscaling.minReplicas", "only with spec.routing.endpointPicker"],
+    ),
+    (with_("engine.kvEventsConfig", {"port": 80}), ["spec.engine.kvEventsConfig.port"]),
+    (with_("engine.kvEventsConfig", {"bufferSteps": 0}), ["spec.engine.kvEventsConfig.bufferSteps"]),
     (with_("routing", {"endpointPicker": {"port": 9002}}), ["spec.routing.endpointPicker", "name", "required"]),
     (with_("routing", {"endpointPicker": {"name": ""}}), ["spec.routing.endpointPicker.name"]),
     (with_("routing", {**ROUTING, "route": {}}), ["spec.routing.route", "gateway", "required"]),
@@ -161,7 +174,7 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 18  # tensor parallelism serves LoRA and draft models: no rule refuses them
+    assert len(rules) == 20  # tensor parallelism serves LoRA and draft models: no rule refuses them
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]

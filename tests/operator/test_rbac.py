@@ -3,7 +3,7 @@ is granted, and every grant is used."""
 
 from __future__ import annotations
 
-from argosy.operator.rbac import NODE_RULES, RULES
+from argosy.operator.rbac import NODE_RULES, ROUTER_RULES, RULES
 from tests.operator.cluster import (
     AIS,
     CONFIG_MAPS,
@@ -13,7 +13,10 @@ from tests.operator.cluster import (
     MODEL_CACHES,
     NS,
     PDBS,
+    ROLE_BINDINGS,
+    ROLES,
     SCALED_OBJECTS,
+    SERVICE_ACCOUNTS,
     SERVICES,
     calls_made,
     eventually,
@@ -57,6 +60,20 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         await eventually(lambda: live(cluster, CONFIG_MAPS, "llama") is None)
         await eventually(lambda: "replicas" in live(cluster, DEPLOYMENTS, "llama")["spec"])
         await eventually(lambda: live(cluster, INFERENCE_POOLS, "llama") is None)
+        # A router in front of the pods: built, restored when edited, removed when dropped.
+        await patch(cluster, AIS, "llama", {"spec": {"routing": {"router": {}}}})
+        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama-router"))
+        for resource, drift in (
+            (ROLES, {"rules": []}),
+            (ROLE_BINDINGS, {"subjects": []}),
+            (SERVICE_ACCOUNTS, {"automountServiceAccountToken": False}),
+        ):
+            await patch(cluster, resource, "llama-router", drift)
+            await eventually(
+                lambda r=resource, d=drift: all(live(cluster, r, "llama-router")[k] != v for k, v in d.items())
+            )
+        await patch(cluster, AIS, "llama", {"spec": {"routing": None}})
+        await eventually(lambda: live(cluster, SERVICE_ACCOUNTS, "llama-router") is None)
         # A service whose checkpoint a ModelCache holds on the nodes.
         await cluster.post("/api/v1/nodes", json={"metadata": {"name": "node-a"}})
         cache = {"source": {"http": {"url": "https://models.example/llama"}}, "manifestPath": "manifest.json"}
@@ -67,6 +84,8 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
         await eventually(lambda: live(cluster, AIS, "cached")["status"]["modelCache"]["readyNodes"] == 0)
         await eventually(lambda: granted() <= calls_made(cluster), what="every granted call")
     assert calls_made(cluster) <= granted(), calls_made(cluster) - granted()
+    delegated = {(g, r, v) for g, resources, verbs in ROUTER_RULES for r in resources for v in verbs}
+    assert delegated - granted() == {("", "pods", "get")}  # held only to grant it to the router
     # The Deployment, Service and pod watches were filtered by the API server.
     watches = [
         r

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from argosy.operator.deployment import build_deployment
-from argosy.operator.reconcile import desired_objects, dropped_kinds
+from argosy.operator.reconcile import desired_objects, dropped_objects
 from argosy.operator.routing_status import routing_problem
 from argosy.operator.scaledobject import build_scaled_object, held_requests_query, waiting_requests_query
 from argosy.operator.service import build_service
@@ -73,11 +73,13 @@ def test_routing_objects_come_and_go_with_the_spec():
     assert {"InferencePool", "HTTPRoute", "ScaledObject"} <= set(objects_of("routed-from-zero"))
 
     def dropped(name: str) -> list[str]:
-        return [k.kind for k in dropped_kinds(desired_objects(OWNER, spec_of(name)))]
+        return [f"{k.kind} {n}" for k, n in dropped_objects(OWNER, desired_objects(OWNER, spec_of(name)))]
 
-    assert dropped("plain-gpu") == ["ScaledObject", "HTTPRoute", "InferencePool", "ConfigMap"]
-    assert dropped("pool-only") == ["ScaledObject", "HTTPRoute", "ConfigMap"]
-    assert dropped("routed-from-zero") == ["ConfigMap"]
+    router = ["Deployment svc-router", "Service svc-router", "RoleBinding svc-router", "Role svc-router",
+              "ServiceAccount svc-router"]  # fmt: skip
+    assert dropped("plain-gpu") == ["ScaledObject svc", "HTTPRoute svc", "InferencePool svc", "ConfigMap svc", *router]
+    assert dropped("pool-only") == ["ScaledObject svc", "HTTPRoute svc", "ConfigMap svc", *router]
+    assert dropped("routed-from-zero") == ["ConfigMap svc", *router]
 
 
 def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
