@@ -18,6 +18,7 @@ import yaml
 import argosy
 from argosy.operator import rbac
 from argosy.operator.labels import labels as pod_labels
+from argosy.operator.labels import router_labels
 from argosy.operator.main import add_operator_args
 from argosy.operator.model_cache.agent.main import add_agent_args, parse_quantity
 from argosy.operator.model_cache.agent.rbac import AGENT_RULES
@@ -112,14 +113,19 @@ def test_every_rendered_object_is_valid(option):
 
 
 def check_monitor(doc: dict, values: dict) -> None:
-    """The monitor selects the inference pods the operator labels, on their `http` port, at
-    the interval the values ask for."""
+    """The monitor selects the inference pods the operator labels, on their `http` port, or the
+    routers it runs, on their `metrics` port (never both), at the interval the values ask for."""
     wanted = doc["spec"]["selector"]["matchLabels"]
-    assert wanted.items() <= pod_labels(Owner(name="x", namespace="y", uid="u")).items()
+    owner = Owner(name="x", namespace="y", uid="u")
+    router = doc["metadata"]["name"].endswith("-router")
+    selected = router_labels(owner) if router else pod_labels(owner)
+    assert wanted.items() <= selected.items()
+    assert not wanted.items() <= (pod_labels(owner) if router else router_labels(owner)).items()
     key = {"PodMonitor": "podMonitor", "ServiceMonitor": "serviceMonitor"}[doc["kind"]]
     interval = values["metrics"][key].get("interval", DEFAULT_VALUES["metrics"][key]["interval"])
     endpoints = doc["spec"]["podMetricsEndpoints" if key == "podMonitor" else "endpoints"]
-    assert endpoints == [{"port": "http", "path": "/metrics", "interval": interval}]
+    port = "metrics" if router else "http"
+    assert endpoints == [{"port": port, "path": "/metrics", "interval": interval}]
 
 
 def test_the_chart_carries_the_crd_unchanged():

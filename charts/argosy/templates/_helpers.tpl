@@ -121,15 +121,16 @@ ModelCache selects (rbac.py NODE_RULES). */}}
 {{/*
 The monitor of the inference pods the operator runs, as a PodMonitor or a ServiceMonitor
 (they differ in kind and in the endpoints key). Either way each scraped target carries the
-`namespace` and `pod` labels that the ScaledObjects' queries select by.
-Takes: root (the chart's context), values (its metrics.*Monitor block), kind, endpointsKey.
+`namespace` and `pod` labels that the ScaledObjects' queries select by. With router true, the
+monitor of the routers it runs (spec.routing.router) instead, on their `metrics` port.
+Takes: root (the chart's context), values (its metrics.*Monitor block), kind, endpointsKey, router.
 */}}
 {{- define "argosy.inferenceMonitor" -}}
 {{- $values := .values -}}
 apiVersion: monitoring.coreos.com/v1
 kind: {{ .kind }}
 metadata:
-  name: {{ include "argosy.fullname" .root }}-inference
+  name: {{ include "argosy.fullname" .root }}-{{ if .router }}router{{ else }}inference{{ end }}
   namespace: {{ default .root.Release.Namespace $values.namespace }}
   labels:
     {{- include "argosy.labels" .root | nindent 4 }}
@@ -139,7 +140,7 @@ metadata:
 spec:
   selector:
     matchLabels:
-      app.kubernetes.io/name: argosy
+      app.kubernetes.io/name: {{ if .router }}argosy-router{{ else }}argosy{{ end }}
       app.kubernetes.io/managed-by: argosy-operator
   namespaceSelector:
     {{- if .root.Values.operator.namespaces }}
@@ -149,7 +150,7 @@ spec:
     any: true
     {{- end }}
   {{ .endpointsKey }}:
-    - port: http
+    - port: {{ if .router }}metrics{{ else }}http{{ end }}
       path: /metrics
       interval: {{ $values.interval }}
 {{- end -}}
