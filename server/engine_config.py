@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from argosy.flags import literal_choices, setting
+from argosy.server.engine.block_hash import HashAlgo
 from argosy.server.exceptions import InvalidRequestError, UnsupportedModelError
 from argosy.server.kv_connector.config import KVTransferConfig
 from argosy.server.kv_connector.factory import connector_class
@@ -82,6 +83,12 @@ class EngineConfig:
     )
     gpu_memory_utilization: float = setting(0.9, "fraction of GPU memory for weights, activations and KV cache")
     enable_prefix_caching: bool = setting(True, "reuse cached blocks of identical prompt prefixes")
+    prefix_caching_hash_algo: HashAlgo = setting(
+        "sha256",
+        "how full blocks are hashed for the prefix cache and KV events: sha256 (over the parent's digest and the "
+        "tokens as 8-byte little-endian integers), or sha256_cbor (vLLM's, which llm-d's precise prefix-cache "
+        "scorer computes itself; seeded by $PYTHONHASHSEED, which every replica and the scorer must share)",
+    )
     swap_space: float = setting(
         0,
         "GiB of host memory for a second KV tier: blocks the device evicts (a preempted sequence's too) are kept "

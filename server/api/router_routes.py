@@ -10,8 +10,8 @@ from fastapi import FastAPI
 
 from argosy.server.api.openapi_spec import errors
 from argosy.server.api.server_state import ServerState
+from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.kv_events.config import advertised
-from argosy.server.kv_events.wire import BLOCK_HASH
 
 EVENTS_ENCODING = "msgpack"
 EVENTS_SCHEMA_VERSION = 1  # vLLM's layout: [ts, events, data_parallel_rank], events tagged maps
@@ -19,7 +19,8 @@ EVENTS_SCHEMA_VERSION = 1  # vLLM's layout: [ts, events, data_parallel_rank], ev
 
 def kv_cache_info(state: ServerState) -> dict:
     engine = state.config.engine
-    return {"block_size": engine.block_size, "enable_prefix_caching": engine.enable_prefix_caching, **BLOCK_HASH}
+    hashing = BlockHasher.from_env(engine.prefix_caching_hash_algo).describe()
+    return {"block_size": engine.block_size, "enable_prefix_caching": engine.enable_prefix_caching, **hashing}
 
 
 def install_router_routes(app: FastAPI, state: ServerState) -> None:

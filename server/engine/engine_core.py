@@ -16,6 +16,7 @@ import itertools
 import logging
 import time
 
+from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed
 from argosy.server.engine.grammar_gate import GrammarGate
 from argosy.server.engine.in_flight import InFlightStep
@@ -34,7 +35,7 @@ from argosy.server.executor.plan import StepPlan, StepResult, TokenLogprobs
 from argosy.server.kv_connector.factory import connector_class
 from argosy.server.kv_events.publisher import ZmqEventPublisher
 from argosy.server.kv_events.recorder import KVEventRecorder
-from argosy.server.kv_events.wire import BLOCK_HASH, EventBatch
+from argosy.server.kv_events.wire import AllBlocksCleared, EventBatch
 from argosy.server.kv_tier.tier_scheduler import HostTierScheduler
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.manager import LoRAManager
@@ -59,11 +60,15 @@ class EngineCore:
         tokenizer_folder = tokenizer_path(config, path)
         eos = self.model_config.eos_token_ids or _tokenizer_eos(Tokenizer(tokenizer_folder))
         self.eos_token_ids = frozenset(eos)
+        hasher = BlockHasher.from_env(config.prefix_caching_hash_algo)
         self.kv_events = None  # bound first: an endpoint in use fails the start before the model loads
         if (events_config := config.kv_events) is not None and events_config.publishes:
             self.kv_events = ZmqEventPublisher(events_config)
+            # A replica that restarts holds nothing: whoever still subscribes forgets what it held.
+            self.kv_events.publish(EventBatch(time.time(), [AllBlocksCleared()], 0))
             endpoint = self.kv_events.bound_endpoints[0]
-            log.info("KV events on %s; block hashes: %s; block size %d", endpoint, BLOCK_HASH, config.block_size)
+            described = hasher.describe()
+            log.info("KV events on %s; block hashes: %s; block size %d", endpoint, described, config.block_size)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
         self.grammars = GrammarGate(
@@ -82,7 +87,7 @@ class EngineCore:
             )
         events = None if self.kv_events is None else KVEventRecorder(config.block_size)
         self.kv = KVCacheManager(
-            self.device.num_blocks, config.block_size, config.enable_prefix_caching, connector, events
+            self.device.num_blocks, config.block_size, config.enable_prefix_caching, connector, events, hasher
         )
         self.lora = None
         if config.enable_lora:

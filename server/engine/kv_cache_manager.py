@@ -10,10 +10,9 @@ Every change to a block table is marked on the sequence, for the next step plan.
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from typing import TYPE_CHECKING
 
+from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.engine.block_pool import BlockPool
 from argosy.server.engine.sequence import Sequence
 from argosy.server.kv_connector.base import ConnectorScheduler
@@ -25,14 +24,6 @@ if TYPE_CHECKING:
     from argosy.server.kv_connector.metadata import KVConnectorMeta
 
 
-def hash_block(parent: bytes | None, token_ids: list[int]) -> bytes:
-    """Content hash of a full block, chained with its prefix's hash, so equal hashes mean
-    equal token histories, not just equal blocks."""
-    digest = hashlib.sha256(parent or b"")
-    digest.update(array("q", token_ids).tobytes())
-    return digest.digest()
-
-
 class KVCacheManager:
     def __init__(
         self,
@@ -41,8 +32,10 @@ class KVCacheManager:
         enable_prefix_caching: bool,
         connector: ConnectorScheduler | None = None,
         events: KVEventRecorder | None = None,
+        hasher: BlockHasher | None = None,
     ):
         self.block_size = block_size
+        self.hasher = hasher or BlockHasher()
         self.connector = connector  # whose blocks are found by the prefix cache's hashes
         self.events = events  # told what enters and leaves the prefix cache, with KV events on
         on_evict = self._on_evict if events is not None else None if connector is None else connector.on_evict
@@ -261,8 +254,8 @@ class KVCacheManager:
     def _extend_hashes(self, seq: Sequence, num_tokens: int) -> None:
         bs = self.block_size
         for i in range(len(seq.block_hashes), num_tokens // bs):
-            parent = seq.block_hashes[i - 1] if i else seq.request.hash_seed
-            seq.block_hashes.append(hash_block(parent, seq.token_ids[i * bs : (i + 1) * bs]))
+            parent = seq.block_hashes[i - 1] if i else None
+            seq.block_hashes.append(self.hasher(parent, seq.token_ids[i * bs : (i + 1) * bs], seq.request.hash_seed))
 
 
 def _changed(seq: Sequence, index: int) -> None:

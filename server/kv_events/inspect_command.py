@@ -15,6 +15,7 @@ import httpx
 import msgspec
 import zmq
 
+from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.kv_events.wire import BlockStored, EventBatch, external_hash
 
 DECODER = msgspec.msgpack.Decoder(EventBatch)
@@ -101,11 +102,13 @@ def check(socket: zmq.Socket, url: str, prompt: str, model: str | None, seconds:
     info = httpx.get(f"{url}/server_info", timeout=10).json()
     cache = info["vllm_config"]["cache_config"]
     model = model or info["model"]
-    if cache.get("hash_function") != "sha256":
-        print(f"the server hashes blocks with {cache.get('hash_function')!r}: this tool knows sha256 only")
+    algo, seed = cache.get("hash_function"), cache.get("hash_seed")
+    if algo not in ("sha256", "sha256_cbor") or (algo == "sha256_cbor" and seed is None):
+        print(f"the server hashes blocks with {algo!r} and seed {seed!r}: no consumer can compute its hashes")
+        print("(with sha256_cbor, set PYTHONHASHSEED on every replica and in the consumer)")
         return 1
     tokens = httpx.post(f"{url}/tokenize", json={"model": model, "prompt": prompt}, timeout=60).json()["tokens"]
-    expected = block_hashes(tokens, cache["block_size"])
+    expected = block_hashes(tokens, cache["block_size"], BlockHasher(algo, seed))
     print(f"prompt: {len(tokens)} tokens, {len(expected)} full blocks of {cache['block_size']}")
     if not expected:
         print("the prompt fills no block: nothing can be announced; give a longer one")
@@ -146,12 +149,10 @@ def report(expected: list[int], announced: set[int], same_tokens: list[BlockStor
     return 1
 
 
-def block_hashes(tokens: list[int], block_size: int) -> list[int]:
+def block_hashes(tokens: list[int], block_size: int, hasher: BlockHasher) -> list[int]:
     """External hashes of the full blocks, computed from the stated settings (the engine's chain)."""
-    from argosy.server.engine.kv_cache_manager import hash_block
-
     hashes, parent = [], None
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash_block(parent, tokens[start : start + block_size])
+        parent = hasher(parent, tokens[start : start + block_size])
         hashes.append(external_hash(parent))
     return hashes

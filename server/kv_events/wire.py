@@ -3,8 +3,8 @@ each ZMQ message is `[topic, sequence number as 8 bytes big-endian, payload]`, t
 msgpack array `[ts, events, data_parallel_rank]` whose events are maps tagged by `type`, every
 field present (null where it does not apply).
 
-A block's hash on the wire is its external form, as vLLM's default: the engine's chained
-sha256 digest (BLOCK_HASH), cut to its last 8 bytes read as an unsigned big-endian integer."""
+A block's hash on the wire is its external form, as vLLM's default: the engine's chained digest
+(BlockHasher), cut to its last 8 bytes read as an unsigned big-endian integer."""
 
 from __future__ import annotations
 
@@ -13,16 +13,6 @@ import msgspec
 MEDIUM_DEVICE = "GPU"  # the device's prefix cache (vLLM names it so on every device)
 MEDIUM_HOST = "CPU"  # the host KV tier
 END_OF_REPLAY = (-1).to_bytes(8, "big", signed=True)  # the replay socket's last sequence number
-
-# How the engine hashes a full block, for consumers that hash tokens themselves (`/v1/models`,
-# `/get_server_info` and the start-up log name it).
-BLOCK_HASH = {
-    "hash_function": "sha256",
-    "hash_input": "parent block's 32-byte digest (none for a prompt's first block), then the block's token ids "
-    "as 8-byte little-endian signed integers",
-    "hash_seed": "",  # the base model's chain starts from nothing; a LoRA adapter's from its weights' digest
-    "external_hash": "the digest's last 8 bytes as an unsigned big-endian integer",
-}
 
 
 class KVCacheEvent(msgspec.Struct, tag=True, omit_defaults=True, gc=False):

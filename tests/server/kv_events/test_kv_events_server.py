@@ -15,6 +15,7 @@ import time
 import httpx
 import pytest
 
+from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.kv_events.inspect_command import block_hashes, report
 from argosy.server.kv_events.wire import BlockStored
 from tests.processes import MODEL
@@ -103,5 +104,6 @@ def test_the_kv_events_tool_checks_a_prompts_blocks_and_prints_the_stream(events
 def test_a_mismatch_of_hash_settings_is_named():
     tokens = list(range(32))
     other = BlockStored([1, 2], None, tokens, 16, None, "GPU", None)
-    assert report(block_hashes(tokens, 16), {1, 2}, [other]) == 1
-    assert report(block_hashes(tokens, 16), set(block_hashes(tokens, 16)), []) == 0
+    expected = block_hashes(tokens, 16, BlockHasher())
+    assert report(expected, {1, 2}, [other]) == 1
+    assert report(expected, set(expected), []) == 0
