@@ -41,12 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port
 
 MODEL = "fleet"
-WORDS = (
-    "account balance billing cluster configure deploy document error export field filter format gateway "
-    "invoice ledger limit metric network node order payment pipeline policy query quota record region "
-    "report request schedule schema secret service session shipment storage subscription support table "
-    "tenant ticket token update upload usage user vendor volume warehouse window workflow"
-).split()
+WORDS = ["account", "balance", "billing", "cluster", "configure", "deploy", "document", "error", "export", "field", "filter", "format", "gateway", "invoice", "ledger", "limit", "metric", "network", "node", "order", "payment", "pipeline", "policy", "query", "quota", "record", "region", "report", "request", "schedule", "schema", "secret", "service", "session", "shipment", "storage", "subscription", "support", "table", "tenant", "ticket", "token", "update", "upload", "usage", "user", "vendor", "volume", "warehouse", "window", "workflow"]
 
 
 @dataclass
@@ -96,7 +91,7 @@ def kv_bytes_per_token() -> int:
 
 
 def serve_command(replica: Replica, cache_bytes: int, swap_gib: float) -> list[str]:
-    events = {"enable_kv_cache_events": True, "endpoint": f"tcp://127.0.0.1:{replica.events_port}"}
+    events = {"enable_kv_cache_events": True, "endpoint": f"tcp://*:{replica.events_port}"}
     command = [sys.executable, "-P", "-m", "argosy.cli", "serve", "--port", str(replica.port),
                "--served-model-name", MODEL, "--kv-cache-memory", str(cache_bytes), "--max-model-len", "2048",
                "--kv-events-config", json.dumps(events), "--log-format", "json"]  # fmt: skip

@@ -1,4 +1,6 @@
 """ZmqEventPublisher: sends each step's event batch on a ZMQ PUB socket from a thread of its own,
+bound where the endpoint has a wildcard (`tcp://*:5557`, `tcp://127.0.0.1:*`) or is ipc/inproc, and
+otherwise connected to it (a subscriber that binds, as llm-d's Endpoint Picker does), as vLLM decides,
 so that a step never waits for a subscriber. The step hands a batch to a bounded queue; a full
 queue drops the batch and counts it (a subscriber that falls too far behind loses events, never
 the engine its speed). The PUB socket's high-water mark bounds what it buffers for a slow
@@ -25,6 +27,11 @@ log = logging.getLogger("argosy.kv_events")
 POLL_MS = 100  # how often the thread looks for replay requests while no batch comes
 
 
+def binds(endpoint: str) -> bool:
+    """Whether the PUB socket binds the endpoint (else it connects to a subscriber that does)."""
+    return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
 class EndpointInUseError(ArgosyError):
     """An endpoint of kv_events_config that cannot be bound (in use, or not this host's)."""
 
@@ -40,7 +47,7 @@ class ZmqEventPublisher:
         # Bound here, in the caller's thread, so that an endpoint already in use fails the start.
         self._sockets: list[zmq.Socket] = []
         try:
-            self._pub = self._bind(zmq.PUB, config.endpoint, "endpoint")
+            self._pub = self._bind(zmq.PUB, config.endpoint, "endpoint", connect=not binds(config.endpoint))
             self._replay = None
             if config.replay_endpoint is not None:
                 self._replay = self._bind(zmq.ROUTER, config.replay_endpoint, "replay_endpoint")
@@ -50,14 +57,17 @@ class ZmqEventPublisher:
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
 
-    def _bind(self, kind: int, endpoint: str, name: str) -> zmq.Socket:
+    def _bind(self, kind: int, endpoint: str, name: str, connect: bool = False) -> zmq.Socket:
         socket = self._context.socket(kind)
         self._sockets.append(socket)
         socket.setsockopt(zmq.LINGER, 0)
         if kind == zmq.PUB:
             socket.set_hwm(self.config.hwm)
         try:
-            socket.bind(endpoint)
+            if connect:
+                socket.connect(endpoint)
+            else:
+                socket.bind(endpoint)
         except zmq.ZMQError as exc:
             raise EndpointInUseError(f"kv_events_config.{name} {endpoint} cannot be bound: {exc}") from exc
         return socket

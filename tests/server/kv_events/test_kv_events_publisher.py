@@ -58,8 +58,8 @@ def test_defaults_are_vllms():
 
 
 def test_an_endpoint_in_use_is_a_clear_error_at_once():
-    first = ZmqEventPublisher(KVEventsConfig(True, "zmq", LOOPBACK))
-    taken = first.bound_endpoints[0]
+    first = ZmqEventPublisher(KVEventsConfig(True, "zmq", "tcp://*:*"))
+    taken = "tcp://*:" + first.bound_endpoints[0].rpartition(":")[2]
     try:
         with pytest.raises(EndpointInUseError, match=re.escape(f"kv_events_config.endpoint {taken} cannot be bound")):
             ZmqEventPublisher(KVEventsConfig(True, "zmq", taken))
@@ -111,3 +111,23 @@ def test_the_encoding_is_vllms():
         ],
         0,
     ]  # fmt: skip
+
+
+def test_without_a_wildcard_it_connects_to_a_subscriber_that_binds():
+    """llm-d's Endpoint Picker binds and the replicas connect to it, as vLLM's publisher decides."""
+    context = zmq.Context()
+    collector = context.socket(zmq.SUB)
+    collector.setsockopt(zmq.SUBSCRIBE, b"")
+    port = collector.bind_to_random_port("tcp://127.0.0.1")
+    publisher = ZmqEventPublisher(KVEventsConfig(True, "zmq", f"tcp://127.0.0.1:{port}", topic="kv@pod@m"))
+    try:
+        for _ in range(50):
+            publisher.publish(EventBatch(time.time(), [AllBlocksCleared()], 0))
+            if collector.poll(100):
+                break
+        topic, seq, payload = collector.recv_multipart()
+        assert topic == b"kv@pod@m" and msgpack.unpackb(payload)[1] == [{"type": "AllBlocksCleared"}]
+    finally:
+        publisher.close()
+        collector.close(linger=0)
+        context.term()

@@ -47,7 +47,7 @@ def _up(url: str) -> bool:
 
 @pytest.mark.skipif(shutil.which("vllm-router") is None, reason="the vllm-router package is part of the test extra")
 def test_the_vllm_router_indexes_a_replicas_events_and_credits_its_prefix(llama_checkpoint, tmp_path):
-    config = json.dumps({"enable_kv_cache_events": True, "endpoint": f"tcp://127.0.0.1:{free_port()}"})
+    config = json.dumps({"enable_kv_cache_events": True, "endpoint": f"tcp://*:{free_port()}"})
     with run_server(llama_checkpoint, kv_events_config=config) as replica:
         url, router, log = start_router(tmp_path, [replica.url])
         try:
