@@ -125,7 +125,7 @@ def test_without_a_wildcard_it_connects_to_a_subscriber_that_binds():
             publisher.publish(EventBatch(time.time(), [AllBlocksCleared()], 0))
             if collector.poll(100):
                 break
-        topic, seq, payload = collector.recv_multipart()
+        topic, _, payload = collector.recv_multipart()
         assert topic == b"kv@pod@m" and msgpack.unpackb(payload)[1] == [{"type": "AllBlocksCleared"}]
     finally:
         publisher.close()
