@@ -158,6 +158,10 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
         {"name": CACHE_ENV, "value": "/tmp/argosy"},
         {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
+    if spec.engine.hashSeed is not None:
+        env.append({"name": "PYTHONHASHSEED", "value": spec.engine.hashSeed})
+    if spec.kv_events is not None:  # a topic may name the pod: kv@$(POD_IP)@MODEL
+        env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if spec.engine.apiKeySecretRef is not None:
         ref = spec.engine.apiKeySecretRef
         env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -204,7 +208,7 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
 
 def _event_ports(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
     events = spec.kv_events
-    if events is None:
+    if events is None or events.connect is not None:
         return []
     ports = [{"name": "kv-events", "containerPort": events.port, "protocol": "TCP"}]
     if events.replayPort is not None:

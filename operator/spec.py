@@ -32,6 +32,7 @@ from argosy.server.engine_config import (
     EngineConfig,
     Quantization,
 )
+from argosy.server.engine.block_hash import HashAlgo
 from argosy.server.scheduling.policy import SchedulingPolicy
 
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
@@ -194,6 +195,15 @@ class KVEventsSpec(KubeModel):
     for cache-aware routers (the router spec.routing.router runs, llm-d's precise prefix-cache scorer)."""
 
     port: int = Field(KV_EVENTS_PORT, ge=1024, le=65535, description="The pods' port the events are published on.")
+    connect: str | None = Field(
+        None,
+        max_length=512,
+        pattern=r"^tcp://[A-Za-z0-9.-]+:[0-9]{1,5}$",
+        description=(
+            "Instead of binding port: connect to a subscriber that binds this tcp://HOST:PORT (llm-d's Endpoint "
+            "Picker with its precise prefix-cache scorer)."
+        ),
+    )
     replayPort: int | None = Field(
         None,
         ge=1024,
@@ -205,14 +215,21 @@ class KVEventsSpec(KubeModel):
     maxQueueSize: int = Field(
         100_000, ge=1, description="Batches waiting to be sent before new ones are dropped (never blocking a step)."
     )
-    topic: str = Field("", max_length=256, description="The topic of every message; routers subscribe to all.")
+    topic: str = Field(
+        "",
+        max_length=256,
+        description=(
+            "The topic of every message; routers subscribe to all. $(POD_IP) is the pod's address (llm-d's scorer "
+            "reads the pod from a topic kv@$(POD_IP)@MODEL)."
+        ),
+    )
 
     def flag_value(self) -> str:
         """The JSON `argosy serve --kv-events-config` takes."""
         config = {
             "enable_kv_cache_events": True,
             "publisher": "zmq",
-            "endpoint": f"tcp://*:{self.port}",
+            "endpoint": self.connect or f"tcp://*:{self.port}",
             "replay_endpoint": None if self.replayPort is None else f"tcp://*:{self.replayPort}",
             "buffer_steps": self.bufferSteps,
             "hwm": self.hwm,
@@ -235,6 +252,12 @@ class EngineSpec(KubeModel):
                 ".maxNumBatchedTokens",
             ),
             # double(): a whole number of GiB may arrive as an integer.
+            cel(
+                "self.prefixCachingHashAlgo != 'sha256_cbor' || has(self.hashSeed)",
+                "spec.engine.hashSeed is needed with prefixCachingHashAlgo sha256_cbor: unseeded, each pod hashes "
+                "blocks its own way and no router or scorer can match them",
+                ".hashSeed",
+            ),
             cel(
                 "double(self.swapSpace) == 0.0 || self.enablePrefixCaching",
                 "spec.engine.swapSpace needs spec.engine.enablePrefixCaching: the host tier finds blocks by its hashes",
@@ -371,6 +394,18 @@ class EngineSpec(KubeModel):
     )
     speculativeConfig: SpeculativeSpec | None = serve_setting(
         "speculative_config", description="Speculative decoding (--speculative-config); default: none."
+    )
+    prefixCachingHashAlgo: HashAlgo = serve_setting(
+        "prefix_caching_hash_algo",
+        description=(
+            "How full blocks are hashed (--prefix-caching-hash-algo): sha256, or vLLM's sha256_cbor, which llm-d's "
+            "precise prefix-cache scorer computes from tokens itself (with hashSeed, the same in the scorer)."
+        ),
+    )
+    hashSeed: str | None = Field(
+        None,
+        max_length=64,
+        description="The seed of sha256_cbor block hashes (PYTHONHASHSEED in the pods), as the scorer's hashSeed.",
     )
     kvEventsConfig: KVEventsSpec | None = serve_setting(
         "kv_events_config",

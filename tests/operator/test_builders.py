@@ -205,7 +205,7 @@ def test_every_engine_setting_reaches_argosy_serve(name):
     add_serve_args(parser)
     parsed = parser.parse_args(server_args(spec)[1:])
     flags = engine_flags()
-    assert set(EngineSpec.model_fields) - set(flags) == {"apiKeySecretRef"}  # an env variable, not a flag
+    assert set(EngineSpec.model_fields) - set(flags) == {"apiKeySecretRef", "hashSeed"}  # env variables, not flags
     for field, flag in flags.items():
         value = getattr(spec.engine, field)
         expected = value.flag_value() if isinstance(value, SpeculativeSpec) else value

@@ -93,6 +93,9 @@ BAD = [
         ["spec.autoscaling.minReplicas", "only with spec.routing.endpointPicker"],
     ),
     (with_("engine.kvEventsConfig", {"port": 80}), ["spec.engine.kvEventsConfig.port"]),
+    (with_("engine.kvEventsConfig", {"connect": "tcp://*:5557"}), ["spec.engine.kvEventsConfig.connect"]),
+    (with_("engine.prefixCachingHashAlgo", "sha256_cbor"), ["spec.engine.hashSeed", "sha256_cbor"]),
+    (with_("engine.prefixCachingHashAlgo", "xxhash"), ["spec.engine.prefixCachingHashAlgo"]),
     (with_("engine.kvEventsConfig", {"bufferSteps": 0}), ["spec.engine.kvEventsConfig.bufferSteps"]),
     (with_("routing", {"endpointPicker": {"port": 9002}}), ["spec.routing.endpointPicker", "name", "required"]),
     (with_("routing", {"endpointPicker": {"name": ""}}), ["spec.routing.endpointPicker.name"]),
@@ -174,7 +177,7 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 20  # tensor parallelism serves LoRA and draft models: no rule refuses them
+    assert len(rules) == 21  # tensor parallelism serves LoRA and draft models: no rule refuses them
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]
