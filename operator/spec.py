@@ -25,6 +25,7 @@ from argosy.operator.kube_types import (
     rules,
 )
 from argosy.server.api.server_config import ServerConfig
+from argosy.server.engine.block_hash import HashAlgo
 from argosy.server.engine_config import (
     DEFAULT_BATCHED_TOKENS,
     AttentionBackendName,
@@ -32,7 +33,6 @@ from argosy.server.engine_config import (
     EngineConfig,
     Quantization,
 )
-from argosy.server.engine.block_hash import HashAlgo
 from argosy.server.scheduling.policy import SchedulingPolicy
 
 DEFAULT_IMAGE = "ghcr.io/argosy-dev/argosy:0.1.0"
