@@ -20,11 +20,10 @@ from argosy.operator.owner import Owner
 from argosy.operator.router import router_args
 from argosy.operator.spec import RouterSpec
 from tests.operator.cluster import NS, eventually, patch
-
-PODS = kmock.resource("", "v1", "pods")
 from tests.processes import MODEL, free_port
 from tests.server.api.servers import run_server
 
+PODS = kmock.resource("", "v1", "pods")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
