@@ -134,18 +134,22 @@ def tenants(count: int, words: int) -> list[str]:
     return [f"You are the assistant of tenant {i}. Their handbook: {text(rng, words)}" for i in range(count)]
 
 
-def kv_bytes_per_token() -> int:
+def cache_bytes_for(prompts: list[str], fraction: float) -> int:
+    """A KV cache holding `fraction` of the tenants' prefixes, counted in the default model's tokens."""
     from argosy.server.models.default_model import resolve_model_path
     from argosy.server.models.model_config import ModelConfig
+    from argosy.server.text.tokenizer import Tokenizer
 
-    config = ModelConfig.from_folder(resolve_model_path(None))
-    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2  # bfloat16 K and V
+    path = resolve_model_path(None)
+    config, tokenizer = ModelConfig.from_folder(path), Tokenizer(path)
+    per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * 2  # bfloat16 K and V
+    return int(fraction * sum(len(tokenizer.encode(p)) for p in prompts) * per_token)
 
 
 def serve_command(replica: Replica, cache_bytes: int, swap_gib: float) -> list[str]:
     events = {"enable_kv_cache_events": True, "endpoint": f"tcp://*:{replica.events_port}"}
     command = [sys.executable, "-P", "-m", "argosy.cli", "serve", "--port", str(replica.port),
-               "--served-model-name", MODEL, "--kv-cache-memory", str(cache_bytes), "--max-model-len", "2048",
+               "--served-model-name", MODEL, "--kv-cache-memory", str(cache_bytes), "--max-model-len", "1024",
                "--kv-events-config", json.dumps(events), "--log-format", "json"]  # fmt: skip
     return command + (["--swap-space", str(swap_gib)] if swap_gib else [])
 
@@ -255,9 +259,7 @@ async def play(urls: list[str], prompts: list[str], args, result: Result, halfwa
 
 
 def run(policy: str, case: str, prompts: list[str], args, logs: Path) -> Result:
-    per_token = kv_bytes_per_token()
-    prefix_tokens = args.tenants * args.prefix_words * 1.3
-    cache_bytes = int(args.cache_fraction * prefix_tokens * per_token)
+    cache_bytes = cache_bytes_for(prompts, args.cache_fraction)
     swap = round(4 * cache_bytes / (1 << 30), 3) if case == "host_tier" else 0.0
     replicas = [Replica(free_port(), free_port()) for _ in range(args.replicas)]
     log = logs / f"{policy}-{case}.log"
@@ -345,19 +347,27 @@ def ratios(results: list[Result]) -> str:
 
 
 def plot(results: list[Result], path: Path) -> None:
+    """Hit rate and TTFT p50, grouped by case, a colour per policy."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r.policy}\n{r.case}" for r in results]
-    fig, (hits, ttft) = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(results)), 4))
-    hits.bar(labels, [r.hit_rate for r in results], color="tab:blue")
-    hits.set_ylabel("fleet prefix-cache hit rate")
-    ttft.bar(labels, [1000 * statistics.median(r.ttft) for r in results], color="tab:orange")
-    ttft.set_ylabel("TTFT p50 (ms)")
-    for axis in (hits, ttft):
-        axis.tick_params(axis="x", labelsize=7)
+    cases = list(dict.fromkeys(r.case for r in results))
+    policies = list(dict.fromkeys(r.policy for r in results))
+    by = {(r.policy, r.case): r for r in results}
+    width = 0.8 / len(policies)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for axis, label, value in (
+        (axes[0], "fleet prefix-cache hit rate", lambda r: r.hit_rate),
+        (axes[1], "TTFT p50 (ms)", lambda r: 1000 * statistics.median(r.ttft)),
+    ):
+        for i, policy in enumerate(policies):
+            xs = [c + i * width for c, case in enumerate(cases) if (policy, case) in by]
+            axis.bar(xs, [value(by[policy, case]) for case in cases if (policy, case) in by], width, label=policy)
+        axis.set_xticks([c + width * (len(policies) - 1) / 2 for c in range(len(cases))], cases)
+        axis.set_ylabel(label)
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
