@@ -6,6 +6,8 @@ host in an endpoint (`tcp://*:5557`) as the replica's own address."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import FastAPI
 
 from argosy.server.api.openapi_spec import errors
@@ -30,7 +32,7 @@ def install_router_routes(app: FastAPI, state: ServerState) -> None:
         config = {
             "model_config": {"model": state.model_name, "served_model_name": state.model_name},
             "cache_config": cache,
-            "kv_events_config": None if events is None else events.__dict__,
+            "kv_events_config": None if events is None else dataclasses.asdict(events),
             "parallel_config": {"tensor_parallel_size": engine.tensor_parallel_size, "data_parallel_size": 1},
         }
         return {"vllm_config": config, "model": state.model_name, "block_size": engine.block_size}
