@@ -22,6 +22,7 @@ from argosy.server.api.lora_routes import install_lora_routes
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.api.middleware import APIKeyCheck, BodyLimits, JSONBodies, ResponsesInFlight
 from argosy.server.api.openapi_spec import (
+    BODY_ERRORS,
     HEALTH_RESPONSES,
     LIVE_RESPONSES,
     METRICS_RESPONSES,
@@ -217,5 +218,17 @@ def build_app(config: ServerConfig) -> FastAPI:
     async def chat(body: ChatCompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):
         """OpenAI chat completions through the checkpoint's chat template: tools, structured outputs, streaming."""
         return await create_chat_completion(body, request, state, client)
+
+    @app.post("/v1/completions/render", responses=errors(*BODY_ERRORS))
+    async def completions_render(body: CompletionRequest, request: Request, client=Depends(serving_engine)):
+        """What a completions call would hand the engine, one entry per prompt: token ids and the resolved
+        sampling limits (vLLM's render; routers tokenize through it). Nothing runs."""
+        return await create_completion(body, request, state, client, render=True)
+
+    @app.post("/v1/chat/completions/render", responses=errors(*BODY_ERRORS))
+    async def chat_render(body: ChatCompletionRequest, request: Request, client=Depends(serving_engine)):
+        """What a chat call would hand the engine: the rendered conversation's token ids and the resolved
+        sampling limits (vLLM's render). Nothing runs."""
+        return await create_chat_completion(body, request, state, client, render=True)
 
     return app

@@ -24,8 +24,9 @@ from argosy.server.tools.tool_stream import ToolStream, call_body, new_call_id
 
 
 async def create_chat_completion(
-    body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
+    body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient, render: bool = False
 ) -> Response:
+    """The chat call, or with `render` its engine request as /v1/chat/completions/render shows it."""
     tokenizer, chat_format = client.tokenizer, state.chat_format
 
     def build(
@@ -51,7 +52,8 @@ async def create_chat_completion(
         calls_finish = tools is not None and tools.mode in ("auto", "required")
         return ChatReply(body, gen, params, body.model, tokenizer, parser, calls_finish)
 
-    return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply)
+    shown = (lambda entries: entries[0]) if render else None  # one conversation, one request
+    return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply, shown)
 
 
 class ChatReply:

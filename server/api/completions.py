@@ -19,8 +19,10 @@ from argosy.server.sampling_params import SamplingParams
 
 
 async def create_completion(
-    body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient
+    body: CompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient, render: bool = False
 ) -> Response:
+    """The completions call, or with `render` its engine requests as /v1/completions/render shows them."""
+
     def build(request_id: str, params: SamplingParams, options: RequestOptions) -> tuple[list[NewRequest], list[str]]:
         requests = [
             client.make_request(engine_request_id(request_id, i), prompt, params, True, options)
@@ -35,7 +37,7 @@ async def create_completion(
     def reply(gen: Generation, params: SamplingParams, echoes: list[str]) -> CompletionReply:
         return CompletionReply(body, gen, params, body.model, echoes)
 
-    return await serve_call(body, http, state.resolve_model, client, "cmpl", build, reply)
+    return await serve_call(body, http, state.resolve_model, client, "cmpl", build, reply, list if render else None)
 
 
 class CompletionReply:

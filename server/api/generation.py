@@ -9,7 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -63,6 +63,7 @@ async def serve_call(
     id_prefix: str,
     build: Callable[[str, SamplingParams, RequestOptions], tuple[list[NewRequest], Prepared]],
     reply: Callable[[Generation, SamplingParams, Prepared], Reply],
+    render: Callable[[list[dict]], Any] | None = None,
 ) -> Response:
     """One generation call: its sampling parameters are read and `build` makes its engine requests
     (and whatever else the reply needs) from its id, those parameters and its options (the adapter
@@ -77,6 +78,8 @@ async def serve_call(
         return params, *build(request_id, params, options)
 
     params, requests, prepared = await prepare(request_id, read_and_build)
+    if render is not None:  # the engine requests shown, not run: `render` picks the body from them
+        return JSONResponse(render([rendered(body.model, request, client.max_model_len) for request in requests]))
     gen = Generation(client, request_id, requests)
     streamed = False
     try:
@@ -99,6 +102,15 @@ async def serve_call(
     finally:
         if not streamed:
             gen.close()
+
+
+def rendered(model: str, request: NewRequest, max_model_len: int) -> dict:
+    """A request as /v1/*completions/render shows it (vLLM's token-in request): the prompt's token ids
+    as the engine would get them, and the sampling limits as resolved (max_tokens filled in)."""
+    params, tokens = request.core.params, request.prompt_token_ids
+    max_tokens = params.max_tokens if params.max_tokens is not None else max_model_len - len(tokens)
+    sampling = {"max_tokens": max_tokens, "temperature": params.temperature, "top_p": params.top_p, "n": params.n}
+    return {"model": model, "token_ids": tokens, "features": None, "sampling_params": sampling}
 
 
 class GenerationStream(StreamingResponse):

@@ -107,3 +107,20 @@ def test_a_mismatch_of_hash_settings_is_named():
     expected = block_hashes(tokens, 16, BlockHasher())
     assert report(expected, {1, 2}, [other]) == 1
     assert report(expected, set(expected), []) == 0
+
+
+def test_render_shows_what_a_call_would_hand_the_engine(events_server):
+    url, tokenizer = events_server.url, events_server.engine.tokenizer
+    messages = [{"role": "user", "content": "hello there"}]
+    chat = httpx.post(f"{url}/v1/chat/completions/render", json={"model": MODEL, "messages": messages, "seed": 3})
+    assert chat.status_code == 200, chat.text
+    body = chat.json()
+    assert body["token_ids"] == tokenizer.encode(tokenizer.apply_chat_template(messages), False)
+    assert body["sampling_params"]["max_tokens"] == events_server.engine.max_model_len - len(body["token_ids"])
+    prompts = {"model": MODEL, "prompt": ["one two", "three"], "max_tokens": 5}
+    listed = httpx.post(f"{url}/v1/completions/render", json=prompts).json()
+    assert [e["token_ids"] for e in listed] == [tokenizer.encode("one two"), tokenizer.encode("three")]
+    assert {e["sampling_params"]["max_tokens"] for e in listed} == {5}
+    bad = httpx.post(f"{url}/v1/completions/render", json={"model": MODEL, "prompt": "x", "max_tokens": 10**9})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+    assert httpx.post(f"{url}/v1/completions/render", json={"model": "nope", "prompt": "x"}).status_code == 404
