@@ -14,6 +14,7 @@ import time
 import httpx
 import msgspec
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.kv_events.wire import BlockStored, EventBatch, external_hash
@@ -38,8 +39,12 @@ def run(args: argparse.Namespace) -> int:
     context = zmq.Context()
     socket = context.socket(zmq.SUB)
     socket.setsockopt_string(zmq.SUBSCRIBE, args.topic)
+    # Watched from before the connection: a PUB socket drops what it sends before the subscription arrives.
+    monitor = socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
     socket.connect(endpoint)
     try:
+        subscribed(socket, monitor)
+        print(f"# subscribed to {endpoint}", flush=True)
         if args.check is not None:
             return check(socket, args.check, args.prompt, args.model, args.seconds or 10.0)
         watch(socket, args.seconds)
@@ -61,6 +66,18 @@ def resolve_endpoint(endpoint: str) -> str:
     if "*" in published:  # a wildcard host is the server's own
         published = published.replace("*", httpx.URL(endpoint).host)
     return published
+
+
+def subscribed(socket: zmq.Socket, monitor: zmq.Socket, seconds: float = 30.0) -> None:
+    """Waits until the connection to the publisher is up (its handshake done, after which the
+    subscription goes out at once)."""
+    try:
+        if not monitor.poll(int(seconds * 1000)):
+            raise SystemExit(f"argosy kv-events: no publisher answered within {seconds:.0f} s")
+        recv_monitor_message(monitor)
+    finally:
+        socket.disable_monitor()
+        monitor.close(linger=0)
 
 
 def receive(socket: zmq.Socket, seconds: float) -> tuple[int, EventBatch] | None:
@@ -113,7 +130,6 @@ def check(socket: zmq.Socket, url: str, prompt: str, model: str | None, seconds:
     if not expected:
         print("the prompt fills no block: nothing can be announced; give a longer one")
         return 1
-    time.sleep(0.3)  # a PUB socket drops what it sends before the subscription arrives
     body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
     httpx.post(f"{url}/v1/completions", json=body, timeout=120).raise_for_status()
     announced, same_tokens, deadline = set(), [], time.monotonic() + seconds

@@ -10,7 +10,7 @@ import json
 import re
 import subprocess
 import sys
-import time
+import threading
 
 import httpx
 import pytest
@@ -18,6 +18,7 @@ import pytest
 from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.kv_events.inspect_command import block_hashes, report
 from argosy.server.kv_events.wire import BlockStored
+from tests.polling import wait_until
 from tests.processes import MODEL
 from tests.server.api.servers import run_server
 from tests.server.kv_events.vllm_subscriber import Subscriber, chain
@@ -88,17 +89,20 @@ def test_the_kv_events_tool_checks_a_prompts_blocks_and_prints_the_stream(events
     command = [sys.executable, "-P", "-m", "argosy.cli", "kv-events", url, "--check", url, "--prompt", prompt]
     checked = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0 and "ok: all" in checked.stdout, checked.stdout + checked.stderr
-    watch = subprocess.Popen(
-        [sys.executable, "-P", "-m", "argosy.cli", "kv-events", url, "--seconds", "4"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(1.5)
-    httpx.post(
-        f"{url}/v1/completions", json={"model": MODEL, "prompt": "news " * 40, "max_tokens": 1}
-    ).raise_for_status()
-    out, _ = watch.communicate(timeout=30)
-    assert re.search(r"^\d+ [\d.]+ BlockStored GPU parent=- blocks=\[[0-9a-f]{16}", out, re.M), out
+    command = [sys.executable, "-P", "-m", "argosy.cli", "kv-events", url, "--seconds", "120"]
+    watch = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(watch.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any(line.startswith("# subscribed") for line in lines), 60, "the tool to subscribe")
+        body = {"model": MODEL, "prompt": "news " * 40, "max_tokens": 1}
+        httpx.post(f"{url}/v1/completions", json=body).raise_for_status()
+        stored = re.compile(r"^\d+ [\d.]+ BlockStored GPU parent=- blocks=\[[0-9a-f]{16}")
+        wait_until(lambda: any(stored.match(line) for line in lines), 60, "the prompt's blocks to be printed")
+    finally:
+        watch.terminate()
+        watch.wait(30)
 
 
 def test_a_mismatch_of_hash_settings_is_named():
