@@ -200,8 +200,9 @@ def build_app(config: ServerConfig) -> FastAPI:
         base["weight_version"] = state.weights.version
         refs = [] if state.adapters is None else sorted(state.adapters.registry.refs.values(), key=lambda r: r.name)
         cards = [base, *(card(r.name, r.path, state.model_name) for r in refs)]
-        for model, ref in zip(cards, [None, *refs]):  # how a consumer of KV events hashes tokens itself
-            model["kv_cache"] = {**kv_cache_info(state), "hash_seed": "" if ref is None else ref.digest}
+        cache = kv_cache_info(state)  # how a consumer of KV events hashes tokens itself
+        for model, ref in zip(cards, [None, *refs]):
+            model["kv_cache"] = {**cache, "hash_seed": "" if ref is None else ref.digest}
         return {"object": "list", "data": cards}
 
     install_lora_routes(app, state, serving_engine)

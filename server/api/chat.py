@@ -35,11 +35,8 @@ async def create_chat_completion(
         tools = body.tool_use  # read with the sampling parameters, off the event loop
         parser = chat_format.parser(tools)  # a format the model cannot use is refused first
         try:
-            add_generation_prompt = body.add_generation_prompt
-            if add_generation_prompt is None:  # true, unless the final message is continued
-                add_generation_prompt = not body.continue_final_message
             prompt = chat_format.prompt(
-                tokenizer, body.messages, add_generation_prompt, tools, body.continue_final_message
+                tokenizer, body.messages, body.add_generation_prompt, tools, body.continue_final_message
             )
             request = client.make_request(engine_request_id(request_id), prompt, params, False, options)
             return [request], parser

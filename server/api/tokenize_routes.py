@@ -55,11 +55,8 @@ def install_tokenize_routes(app: FastAPI, state: ServerState, loaded_engine: Cal
             raise InvalidRequestError("give prompt or messages (one of them)", param="prompt")
         if body.messages is not None:
             tools = read_tools(body.tools, None, None)
-            add_generation_prompt = body.add_generation_prompt
-            if add_generation_prompt is None:
-                add_generation_prompt = not body.continue_final_message
             text = state.chat_format.prompt(
-                tokenizer, body.messages, add_generation_prompt, tools, body.continue_final_message
+                tokenizer, body.messages, body.add_generation_prompt, tools, body.continue_final_message
             )
             tokens = tokenizer.encode(text, bool(body.add_special_tokens))
         else:

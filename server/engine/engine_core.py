@@ -188,8 +188,7 @@ class EngineCore:
         weights, is emptied. Raises (changing nothing) for a checkpoint that does not match."""
         self._check_idle("update the weights")
         self.executor.update_weights(path)
-        self.kv.reset_cache()
-        self.publish_kv_events()
+        self._reset_cache()
 
     def sleep(self, level: int) -> int:
         """Frees the KV cache (its blocks' contents go, and the prefix cache with them) and,
@@ -198,8 +197,7 @@ class EngineCore:
             raise InvalidRequestError(f"level must be 1 or 2, got {level}", param="level")
         self._check_idle("sleep")
         freed = self.executor.sleep(level)
-        self.kv.reset_cache()
-        self.publish_kv_events()
+        self._reset_cache()
         self.asleep = True
         return freed
 
@@ -215,6 +213,10 @@ class EngineCore:
     def reset_prefix_cache(self) -> bool:
         """Empties the prefix cache (False, changing nothing, while requests hold blocks)."""
         self.drain()
+        return self._reset_cache()
+
+    def _reset_cache(self) -> bool:
+        """Empties the prefix cache and tells subscribers at once (they must not route to what is gone)."""
         reset = self.kv.reset_cache()
         self.publish_kv_events()
         return reset
@@ -303,9 +305,8 @@ class EngineCore:
             self._failed.append(failure)
         if result.kv_connector is not None:
             self.scheduler.kv_loads_done(result.kv_connector)
-        if (
-            not self.async_scheduling
-        ):  # (counted at launch if so) before the forks: the children take the parent's progress
+        # Before the forks: the children take the parent's progress (with async scheduling, counted at launch).
+        if not self.async_scheduling:
             self.scheduler.advance(step.scheduled, self._kept(step.scheduled, step.plan, result))
         targets = self.parallel_sampling.targets(step.completing, step.forks)
         if self.speculator is not None:

@@ -38,8 +38,8 @@ class KVCacheManager:
         self.hasher = hasher or BlockHasher()
         self.connector = connector  # whose blocks are found by the prefix cache's hashes
         self.events = events  # told what enters and leaves the prefix cache, with KV events on
-        on_evict = self._on_evict if events is not None else None if connector is None else connector.on_evict
-        self.pool = BlockPool(num_blocks, enable_prefix_caching, on_evict)
+        told = events is not None or connector is not None
+        self.pool = BlockPool(num_blocks, enable_prefix_caching, self._on_evict if told else None)
         self.enable_prefix_caching = enable_prefix_caching
         self._pending_copies: list[tuple[int, int]] = []  # (src, dst) block copies for the runner
         # By sequence: the sequence, the first block of its table being loaded, and the blocks;
@@ -211,7 +211,9 @@ class KVCacheManager:
             self.events.stored(seq, new)
 
     def _on_evict(self, block_id: int, block_hash: bytes) -> None:
-        self.events.evicted(block_hash)
+        """A cached block is about to be overwritten: subscribers hear of it, the connector may save it."""
+        if self.events is not None:
+            self.events.evicted(block_hash)
         if self.connector is not None:
             self.connector.on_evict(block_id, block_hash)
 

@@ -29,13 +29,16 @@ class ChatFormat:
         self,
         tokenizer: Tokenizer,
         messages: list[dict[str, Any]],
-        add_generation_prompt: bool,
+        add_generation_prompt: bool | None,
         tools: ToolUse | None,
         continue_final_message: bool = False,
     ) -> str:
         """The conversation as the template renders it; with `continue_final_message`, cut after the
-        final (assistant) message's text, so that the output goes on with it, as vLLM does."""
+        final (assistant) message's text, so that the output goes on with it, as vLLM does.
+        `add_generation_prompt` None: true, unless the final message is continued."""
         final = _final_text(messages) if continue_final_message else None
+        if add_generation_prompt is None:
+            add_generation_prompt = not continue_final_message
         if continue_final_message and add_generation_prompt:
             raise InvalidRequestError(
                 "continue_final_message goes on with the final message: add_generation_prompt must be false",
