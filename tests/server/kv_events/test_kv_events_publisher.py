@@ -12,12 +12,15 @@ import msgpack
 import msgspec
 import pytest
 import zmq
+from prometheus_client.parser import text_string_to_metric_families
 
+from argosy.server.api.metrics import ServerMetrics
 from argosy.server.engine_config import EngineConfig
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.kv_events.config import KVEventsConfig
 from argosy.server.kv_events.publisher import EndpointInUseError, ZmqEventPublisher
 from argosy.server.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+from argosy.server.outputs import EngineStats
 
 LOOPBACK = "tcp://127.0.0.1:*"
 
@@ -131,3 +134,15 @@ def test_without_a_wildcard_it_connects_to_a_subscriber_that_binds():
         publisher.close()
         collector.close(linger=0)
         context.term()
+
+
+def test_dropped_batches_are_counted_in_prometheus():
+    metrics = ServerMetrics("m")
+
+    def dropped() -> float:
+        families = text_string_to_metric_families(metrics.render().decode())
+        return next(s.value for f in families for s in f.samples if s.name == "argosy_kv_events_dropped_total")
+
+    for total in (0, 3, 3, 10):  # the engine's running total: the counter follows its increases
+        metrics.sync_engine_counters(EngineStats(0, 0, 1, 0, 0, 0, 0, kv_events_dropped=total))
+    assert dropped() == 10
