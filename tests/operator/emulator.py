@@ -1,7 +1,8 @@
 """kmock's Kubernetes emulator with the API-server semantics the operator relies on: object
 identity (uid, resourceVersion, generation, creationTimestamp), the status subresource,
 JSON patches with failing tests answered 422, PUT, label selectors, watches that resume
-from a resourceVersion, and garbage collection through ownerReferences."""
+from a resourceVersion, pods that terminate before they are gone, and garbage collection through
+ownerReferences."""
 
 from __future__ import annotations
 
@@ -164,13 +165,15 @@ class ClusterEmulator(kmock.KubernetesEmulator):
         current = self._existing(resource, namespace, name)
         if current["metadata"].get("deletionTimestamp"):
             return current
-        if current["metadata"].get("finalizers"):
+        # A pod terminates gracefully: watchers see it marked for deletion before it is gone, and
+        # some (the vLLM router's pod discovery) act on that mark alone.
+        if current["metadata"].get("finalizers") or resource.plural == "pods":
             current["metadata"]["deletionTimestamp"] = datetime.datetime.now(datetime.UTC).isoformat()
             self._stamp(current["metadata"])
             self._objects[resource, namespace, name].create(current)
             await self._buses[resource].put({"type": "MODIFIED", "object": current})
-            return current
-        await self._remove((resource, namespace, name))
+        if not current["metadata"].get("finalizers"):
+            await self._remove((resource, namespace, name))
         return current
 
     async def _remove(self, key) -> None:

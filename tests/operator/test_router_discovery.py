@@ -64,7 +64,13 @@ async def test_the_router_discovers_the_servers_pod_and_its_events(cluster, llam
             assert answer.status_code == 200, answer.text
             unready = {"conditions": [{"type": "Ready", "status": "False"}]}  # the pod stops being ready
             await patch(cluster, PODS, "llama-0", {"status": unready}, subresource="status")
-            await eventually(lambda: re.search(r"(?i)remov\w* worker.*127\.0\.0\.1", text()), 30, "its removal")
+            removed = lambda: len(re.findall(r"Removing pod[^:]*: llama-0", text()))  # noqa: E731
+            await eventually(lambda: removed() == 1, 30, "its removal when unready")
+            await patch(cluster, PODS, "llama-0", {"status": ready}, subresource="status")
+            await eventually(lambda: text().count("Adding pod: llama-0") == 2, 30, "its return when ready again")
+            deleted = await cluster.delete(f"/api/v1/namespaces/{NS}/pods/llama-0")  # the replica is lost
+            assert deleted.status == 200, await deleted.text()
+            await eventually(lambda: removed() == 2, 30, "its removal when deleted")
         finally:
             router.terminate()
             router.wait(10)
