@@ -83,6 +83,11 @@ class ZmqEventPublisher:
         replay = None if self._replay is None else self._replay.getsockopt_string(zmq.LAST_ENDPOINT)
         return self._pub.getsockopt_string(zmq.LAST_ENDPOINT), replay
 
+    @property
+    def pending(self) -> int:
+        """Batches queued and not yet sent."""
+        return self._queue.unfinished_tasks
+
     def publish(self, batch: EventBatch) -> None:
         """Never blocks: a batch that finds the queue full is dropped and counted."""
         try:
@@ -111,6 +116,7 @@ class ZmqEventPublisher:
                 self._pub.send_multipart((topic, sequence_bytes(seq), payload), copy=False)
                 self._buffer.append((seq, payload))
                 self.published += 1
+                self._queue.task_done()
         except Exception:
             log.exception("the KV event publisher stopped")
         finally:

@@ -42,7 +42,7 @@ def subscribed(llama_checkpoint):
 def test_a_prompts_blocks_are_announced_with_the_hashes_a_consumer_computes(subscribed):
     llm, sub = subscribed()
     out = llm.generate({"prompt_token_ids": PROMPT}, GREEDY)[0]
-    sub.poll()
+    sub.drain(llm.engine.core.kv_events)
     stored = [e for e in sub.events() if e["type"] == "BlockStored"]
     tokens = PROMPT + out.outputs[0].token_ids  # 49 tokens: three full blocks (the last by a generated token)
     expected = chain(tokens, 16)
@@ -55,7 +55,7 @@ def test_a_prompts_blocks_are_announced_with_the_hashes_a_consumer_computes(subs
     assert numbers == list(range(numbers[0], numbers[0] + len(numbers))) and {t for t, _, _ in sub.messages} == {b""}
     again = llm.generate({"prompt_token_ids": PROMPT}, GREEDY)[0]  # all cached: nothing new to announce
     assert again.num_cached_tokens == 32
-    sub.poll()
+    sub.drain(llm.engine.core.kv_events)
     assert not [e for e in sub.events(sub.messages[len(numbers) :]) if e["type"] == "BlockStored"]
 
 
@@ -64,7 +64,7 @@ def test_eviction_moves_blocks_to_the_host_tier_and_out_of_it(subscribed):
     prompts = [[(13 * i + j) % 290 + 3 for j in range(33)] for i in range(6)]  # two full blocks each
     for prompt in prompts:
         llm.generate({"prompt_token_ids": prompt}, SamplingParams(temperature=0.0, max_tokens=1))
-    sub.poll()
+    sub.drain(llm.engine.core.kv_events)
     events = sub.events()
     hashes = {h: i for i, p in enumerate(prompts) for h in chain(p, 16)}
     gpu_removed = [h for e in events if e["type"] == "BlockRemoved" and e["medium"] == "GPU" for h in e["block_hashes"]]
@@ -84,7 +84,7 @@ def test_eviction_moves_blocks_to_the_host_tier_and_out_of_it(subscribed):
     back = prompts[len(cpu_removed) // 2 + 1]
     sub.messages.clear()
     assert llm.generate({"prompt_token_ids": back}, SamplingParams(temperature=0.0, max_tokens=1))[0].num_cached_tokens
-    sub.poll()
+    sub.drain(llm.engine.core.kv_events)
     events = sub.events()
     gpu_stored = [h for e in events if e["type"] == "BlockStored" and e["medium"] == "GPU" for h in e["block_hashes"]]
     assert set(chain(back, 16)) <= set(gpu_stored)
@@ -94,7 +94,7 @@ def test_a_reset_clears_every_block(subscribed):
     llm, sub = subscribed()
     llm.generate({"prompt_token_ids": PROMPT}, GREEDY)
     assert llm.reset_prefix_cache()
-    sub.poll()
+    sub.drain(llm.engine.core.kv_events)
     assert sub.events()[-1] == {"type": "AllBlocksCleared"}
 
 
@@ -118,7 +118,7 @@ def test_a_lora_requests_blocks_carry_its_adapter(subscribed, llama_checkpoint, 
     llm, sub = subscribed(enable_lora=True, max_lora_rank=8)
     lora = LoRARequest("tuned", 1, str(make_adapter(llama_checkpoint, tmp_path / "tuned", rank=4)))
     llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(temperature=0.0, max_tokens=1), lora_request=lora)
-    sub.poll()
+    sub.drain(llm.engine.core.kv_events)
     (stored,) = [e for e in sub.events() if e["type"] == "BlockStored"]
     digest = llm.engine.adapters.get("tuned").digest
     assert stored["lora_name"] == "tuned" and stored["lora_id"] == int(digest[:8], 16)

@@ -45,19 +45,33 @@ class Subscriber:
         until one is received."""
         for _ in range(50):
             probe()
-            if self.poll(0.2):
+            if self.receive(0.2):
                 return
         raise AssertionError("no event reached the subscriber")
 
-    def poll(self, seconds: float = 0.5) -> list[tuple[bytes, int, list]]:
-        """Every message that arrives within `seconds` of the last one."""
-        got = []
-        while self.socket.poll(int(seconds * 1000)):
+    def receive(self, seconds: float) -> bool:
+        """Takes what has arrived, waiting up to `seconds` for the first message."""
+        got = False
+        while self.socket.poll(int(seconds * 1000) if not got else 0):
             topic, seq, payload = self.socket.recv_multipart()
             assert len(seq) == 8
-            got.append((topic, int.from_bytes(seq, "big"), msgpack.unpackb(payload, raw=False)))
-        self.messages += got
+            self.messages.append((topic, int.from_bytes(seq, "big"), msgpack.unpackb(payload, raw=False)))
+            got = True
         return got
+
+    def poll_until(self, condition, timeout: float = 30.0, what: str = "the events") -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            self.receive(0.05)
+
+    def drain(self, publisher) -> None:
+        """Until every batch `publisher` (in this process) has queued so far has been received."""
+        self.poll_until(
+            lambda: publisher.pending == 0 and (not self.messages or self.messages[-1][1] >= publisher.published - 1),
+            what="the publisher's queued batches",
+        )
 
     def events(self, messages=None) -> list[dict]:
         out = []
