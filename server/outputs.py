@@ -44,6 +44,7 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = field(default=None, repr=False)
+    kv_transfer_params: dict | None = None  # a prefill's answer to the decode side: where its blocks are
 
 
 @dataclass(frozen=True)

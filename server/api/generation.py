@@ -20,6 +20,7 @@ from argosy.server.api.request_stream import RequestStream, merge_delta
 from argosy.server.engine.input_processor import NewRequest
 from argosy.server.engine.request_options import RequestOptions
 from argosy.server.exceptions import ArgosyError, EngineFailedError
+from argosy.server.kv_transfer.params import KVTransferParams
 from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import RequestOutput
 from argosy.server.sampling_params import SamplingParams
@@ -70,7 +71,8 @@ async def serve_call(
     `model` names, its priority and user, and the peer), off the event loop; they are submitted;
     then `reply` answers, streamed or whole (499 when the client leaves before the end). However the
     call ends, its requests end with it."""
-    options = RequestOptions(resolve_model(body.model), body.priority, body.user, peer(http))
+    transfer = KVTransferParams.parse(body.kv_transfer_params)
+    options = RequestOptions(resolve_model(body.model), body.priority, body.user, peer(http), transfer)
     request_id = new_request_id(http, id_prefix)
 
     def read_and_build() -> tuple[SamplingParams, list[NewRequest], Prepared]:
@@ -88,17 +90,21 @@ async def serve_call(
         if body.streaming:
             # A constraint's grammar is compiled by the engine: a stream commits to its status only
             # once it is known to compile (a 400 otherwise), which the first output shows.
-            if (
-                params.structured_outputs is not None
-                and await cancel_on_disconnect(http, gen.started()) is DISCONNECTED
-            ):
+            # So does a decode whose prompt's blocks are pulled: the prefill side may refuse them (a 400).
+            pulls = transfer is not None and transfer.do_remote_prefill
+            if (params.structured_outputs is not None or pulls) and await cancel_on_disconnect(
+                http, gen.started()
+            ) is DISCONNECTED:
                 return client_closed()
             streamed = True
             return GenerationStream(gen, answer.stream(), media_type="text/event-stream", headers=version)
         finals = await cancel_on_disconnect(http, gen.finals())
         if finals is DISCONNECTED:
             return client_closed()
-        return JSONResponse({**answer.body(finals), "weight_version": gen.weight_version}, headers=version)
+        body_out = {**answer.body(finals), "weight_version": gen.weight_version}
+        if transfer is not None:  # vLLM's answer to its router: where the prompt's blocks are (or null)
+            body_out["kv_transfer_params"] = finals[0].kv_transfer_params
+        return JSONResponse(body_out, headers=version)
     finally:
         if not streamed:
             gen.close()

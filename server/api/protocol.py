@@ -61,6 +61,8 @@ class SamplingFields(BaseModel):
     guided_grammar: str | None = None
     guided_decoding_backend: str | None = None
     guided_whitespace_pattern: str | None = None
+    # vLLM's prefill/decode hand-off, as its router's P/D mode sends it (read by KVTransferParams)
+    kv_transfer_params: dict[str, Any] | None = None
 
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         if self.stream_options is not None and not self.streaming:

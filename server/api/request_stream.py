@@ -50,6 +50,7 @@ def merge_delta(into: RequestOutput, delta: RequestOutput) -> None:
         old.finish_reason, old.stop_reason = new.finish_reason, new.stop_reason
     into.outputs.sort(key=lambda c: c.index)
     into.finished, into.metrics, into.num_cached_tokens = delta.finished, delta.metrics, delta.num_cached_tokens
+    into.kv_transfer_params = delta.kv_transfer_params or into.kv_transfer_params
 
 
 class RequestStream:

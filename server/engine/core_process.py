@@ -26,6 +26,7 @@ from argosy.server.exceptions import ArgosyError
 
 log = logging.getLogger("argosy.engine")
 PARENT_CHECK_MS = 1000  # how long an idle core waits on its socket before checking its parent
+CONNECTOR_POLL_MS = 50  # and before polling its KV connector, while that waits on other replicas
 DEVICE_BROKEN_EXIT_CODE = 70  # sysexits' EX_SOFTWARE, as the API process's own for a dead core
 
 
@@ -43,8 +44,12 @@ class EngineCoreProc:
             if os.getppid() != self.parent:
                 log.warning("the API process is gone: the engine core stops")
                 return 0
-            if not self.core.has_unfinished_requests() and not self.commands.poll(PARENT_CHECK_MS):
-                continue
+            if not self.core.has_unfinished_requests():
+                waiting_on_others = self.core.kv.connector_busy  # blocks held for a pull, pulls in flight
+                if not self.commands.poll(CONNECTOR_POLL_MS if waiting_on_others else PARENT_CHECK_MS):
+                    if waiting_on_others:
+                        self._send(self.core.poll_connector(), self.core.take_failed(), None)
+                    continue
             commands = self._receive()
             if any(isinstance(c, protocol.Shutdown) for c in commands):
                 return 0

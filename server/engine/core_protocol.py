@@ -12,6 +12,7 @@ import msgspec
 from argosy.server.engine.request_options import PLAIN, RequestOptions
 from argosy.server.exceptions import EngineFailedError, InvalidRequestError
 from argosy.server.executor.plan import TokenLogprobs
+from argosy.server.kv_transfer.params import KVTransferParams
 from argosy.server.lora.request import AdapterRef
 from argosy.server.outputs import EngineStats
 from argosy.server.sampling_params import SamplingParams
@@ -92,6 +93,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     stop_reason: int | None = None  # the stop token id that ended it
     num_cached_tokens: int = 0
     first_scheduled_time: float | None = None
+    kv_transfer_params: KVTransferParams | None = None  # with its last tokens: where its blocks are kept
 
 
 class RequestFailed(msgspec.Struct, array_like=True):

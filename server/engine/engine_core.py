@@ -83,7 +83,7 @@ class EngineCore:
         connector = None
         if (transfer := config.kv_transfer) is not None:
             connector = connector_class(transfer).scheduler(
-                transfer, self.device.kv_connector_blocks, config.block_size
+                transfer, self.device.kv_connector_blocks, config.block_size, self.device.kv_connector_address
             )
         events = None if self.kv_events is None else KVEventRecorder(config.block_size)
         self.kv = KVCacheManager(
@@ -270,7 +270,9 @@ class EngineCore:
         if added:
             running = {id(item.seq) for item in scheduled.scheduled}
             self.scheduler.drop_placeholders([seq for seq in added if id(seq) not in running])
-        if not scheduled.has_work and not (self.grammars.device_busy or self.scheduler.loading):
+        if not scheduled.has_work and not (
+            self.grammars.device_busy or self.scheduler.loading or self.kv.connector_busy
+        ):
             return None
         now = time.monotonic()
         for item in scheduled.scheduled:
@@ -305,6 +307,7 @@ class EngineCore:
             self._failed.append(failure)
         if result.kv_connector is not None:
             self.scheduler.kv_loads_done(result.kv_connector)
+            self._fail_refused_pulls()
         # Before the forks: the children take the parent's progress (with async scheduling, counted at launch).
         if not self.async_scheduling:
             self.scheduler.advance(step.scheduled, self._kept(step.scheduled, step.plan, result))
@@ -312,6 +315,17 @@ class EngineCore:
         if self.speculator is not None:
             self.speculator.keep_proposals(targets, result.drafts)
         return self._append_sampled(targets, result)
+
+    def _fail_refused_pulls(self) -> None:
+        """A pull the prefill side refused: the request's kv_transfer_params are forged or stale (a 4xx)."""
+        for request_id, why in self.kv.connector.take_refused():
+            if self.abort(request_id):
+                self._failed.append(RequestFailed(request_id, why, True, "kv_transfer_params"))
+
+    def poll_connector(self) -> list[EngineCoreOutput]:
+        """An idle engine's step while its KV connector waits on others: what was pulled from it is
+        let go of, holds expire, pulls land."""
+        return self.step() if self.kv.connector_busy else []
 
     def _forget_loads(self, plan: StepPlan) -> None:
         if self.lora is not None:  # a slot's load may not have happened
@@ -406,6 +420,8 @@ class EngineCore:
                     self._remove(request)
                 break
         out = EngineCoreOutput(request.request_id, seq.index, token_ids, logprobs, reason, stop_token)
+        if reason is not None and self.kv.connector is not None:
+            out.kv_transfer_params = self.kv.connector.transfer_params(seq)
         if seq.num_output_tokens == len(token_ids):  # its first tokens
             out.num_cached_tokens, out.first_scheduled_time = request.num_cached_tokens, request.first_scheduled_time
         return out

@@ -83,6 +83,8 @@ class InputProcessor:
         A rendered chat prompt has its special tokens already (add_special_tokens=False)."""
         params.validate()
         options.check(self.scheduling_policy)
+        if options.kv_transfer is not None and params.n > 1:
+            raise InvalidRequestError("kv_transfer_params are for one output: n must be 1", param="kv_transfer_params")
         text = prompt if isinstance(prompt, str) else None
         if text is not None and (fewest := self.tokenizer.fewest_tokens(text)) >= self.max_model_len:
             raise InvalidRequestError(  # certain from its length alone: not worth tokenizing

@@ -144,13 +144,27 @@ class KVCacheManager:
 
     def take_connector_meta(self) -> KVConnectorMeta | None:
         """The step's transfers, for the plan; handed over once."""
-        return None if self.connector is None else self.connector.build_connector_meta()
+        if self.connector is None:
+            return None
+        meta = self.connector.build_connector_meta()  # holds that expired end here
+        self._release_held()
+        return meta
+
+    @property
+    def connector_busy(self) -> bool:
+        return self.connector is not None and self.connector.busy
+
+    def _release_held(self) -> None:
+        """Blocks the connector kept for another replica, now let go of."""
+        if released := self.connector.take_released():
+            self.pool.release(list(reversed(released)))
 
     def take_connector_output(self, output: KVConnectorOutput) -> list[tuple[Sequence, int, int]]:
         """Takes a step's report of the connector: the sequences whose loads ended, each computing
         again from its first block that failed (if one did), with the tokens loaded and those lost;
         the blocks loaded join the prefix cache."""
         self.connector.update_connector_output(output)
+        self._release_held()  # the ones another replica has pulled
         failed, ended = set(output.failed_blocks), []
         for seq_id in output.finished_loads:
             if seq_id not in self._loading:  # it left while loading
@@ -234,8 +248,10 @@ class KVCacheManager:
         _changed(child, 0)
 
     def free(self, seq: Sequence) -> None:
-        if self._loading.pop(seq.seq_id, None) is not None:
-            self.connector.request_finished(seq)
+        self._loading.pop(seq.seq_id, None)
+        if self.connector is not None:
+            # What it keeps for another replica stays in use until the connector lets it go.
+            self.pool.share(self.connector.request_finished(seq))
         self.pool.release(list(reversed(seq.block_table)))
         seq.block_table = []
         _changed(seq, 0)

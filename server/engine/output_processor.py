@@ -41,6 +41,7 @@ class RequestState:
     metrics: RequestMetrics | None = None
     num_cached_tokens: int = 0
     num_finished: int = 0  # sequences with a finish reason
+    kv_transfer_params: dict | None = None  # what its answer tells a decode replica, once finished
 
     @property
     def finished(self) -> bool:
@@ -138,6 +139,8 @@ class OutputProcessor:
         """Adds the new tokens up to the first that ends the sequence (the core's reason holds for
         its last token); True if a stop string ended a sequence the core still runs."""
         params, last = state.request.params, len(out.new_token_ids) - 1
+        if out.kv_transfer_params is not None:
+            state.kv_transfer_params = out.kv_transfer_params.answer()
         if last < 0 and out.finish_reason is not None:  # ended with no new token: aborted
             seq.finish_reason = out.finish_reason
             state.num_finished += 1
@@ -195,6 +198,7 @@ class OutputProcessor:
             finished,
             state.num_cached_tokens,
             state.metrics,
+            state.kv_transfer_params,
         )
 
     def _logprob_entry(self, lp: TokenLogprobs) -> dict[int, Logprob]:

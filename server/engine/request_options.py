@@ -7,6 +7,7 @@ from __future__ import annotations
 import msgspec
 
 from argosy.server.exceptions import InvalidRequestError
+from argosy.server.kv_transfer.params import KVTransferParams
 from argosy.server.lora.request import AdapterRef
 from argosy.server.sampling_params import INT64
 from argosy.server.scheduling.policy import MAX_USER_LENGTH, SchedulingPolicy
@@ -17,6 +18,7 @@ class RequestOptions(msgspec.Struct, array_like=True, frozen=True):
     priority: int = 0  # lower first, with --scheduling-policy priority
     user: str | None = None  # whose share it counts against, with --scheduling-policy fair
     client: str | None = None  # where it came from (the peer's address)
+    kv_transfer: KVTransferParams | None = None  # prefill/decode disaggregation: hold its blocks, or pull them
 
     @property
     def compile_client(self) -> str | None:

@@ -10,6 +10,7 @@ import msgspec
 
 from argosy.server.kv_connector.metadata import KVConnectorMeta
 from argosy.server.kv_connector.output import KVConnectorOutput
+from argosy.server.kv_transfer.transfer_scheduler import SideChannelAddress
 from argosy.server.sampling_params import SamplingParams
 from argosy.server.structured.params import StructuredOutputsParams
 
@@ -99,3 +100,4 @@ class DeviceReady(msgspec.Struct, array_like=True):
     kv_connector_blocks: int = 0  # the KV connector's blocks, as its worker half sized them (the host tier's slots)
     weight_bytes: int = 0  # rank 0's weights (a draft model's too)
     kv_block_bytes: int = 0  # one KV-cache block on rank 0
+    kv_connector_address: SideChannelAddress | None = None  # where the P/D connector's blocks are pulled from

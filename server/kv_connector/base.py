@@ -20,6 +20,8 @@ from argosy.server.kv_connector.output import KVConnectorOutput
 if TYPE_CHECKING:
     from argosy.server.engine.sequence import Sequence
     from argosy.server.kv_connector.metadata import KVConnectorMeta
+    from argosy.server.kv_transfer.params import KVTransferParams
+    from argosy.server.kv_transfer.transfer_scheduler import SideChannelAddress
 
 
 class ConnectorScheduler(Protocol):
@@ -40,9 +42,8 @@ class ConnectorScheduler(Protocol):
         """The step's transfers, for the plan; handed over once."""
         ...
 
-    def update_connector_output(self, output: KVConnectorOutput) -> list[tuple[int, int, bytes]]:
-        """Takes a step's report; returns the (sequence, block, hash) of the blocks now loaded,
-        for the prefix cache."""
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        """Takes a step's report."""
         ...
 
     def take_events(self) -> tuple[list[bytes], list[bytes]]:
@@ -54,8 +55,28 @@ class ConnectorScheduler(Protocol):
         """Prompt tokens it supplied (beside the prefix cache's hits), for its statistics."""
         ...
 
-    def request_finished(self, seq: Sequence) -> None:
-        """The sequence left (finished, aborted, preempted): its pending loads are forgotten."""
+    def request_finished(self, seq: Sequence) -> list[int]:
+        """The sequence left (finished, aborted, preempted): its pending loads are forgotten. Returns
+        the blocks of it the connector keeps (for another replica to pull), which the KV-cache manager
+        holds until `take_released` gives them back."""
+        ...
+
+    def take_released(self) -> list[int]:
+        """Blocks it kept whose holds have ended since the last call; handed over once."""
+        ...
+
+    def take_refused(self) -> list[tuple[str, str]]:
+        """(request id, why) of the loads refused as the request's fault since the last call."""
+        ...
+
+    def transfer_params(self, seq: Sequence) -> KVTransferParams | None:
+        """What a finished sequence's answer tells another replica (where its kept blocks are)."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """It waits on something outside the steps (blocks kept, transfers in flight): an idle engine
+        still polls its workers."""
         ...
 
     def reset(self) -> None:
@@ -71,3 +92,5 @@ class ConnectorWorker(Protocol):
     def finished(self) -> KVConnectorOutput:
         """What finished (or failed) since the last report."""
         ...
+
+    address: SideChannelAddress | None  # where other replicas pull its blocks from (None: nowhere)

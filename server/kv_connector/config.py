@@ -1,5 +1,6 @@
 """KVTransferConfig: `--kv-transfer-config` (JSON in vLLM's shape: the connector's name, its role,
-its extra config, and the module that defines it when it is not built in), checked field by field;
+its extra config, and the module that defines it when it is not built in; a role alone picks the
+P/D connector), checked field by field;
 a bad value is refused naming it. `--swap-space N` is the built-in host tier's shorthand."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from argosy.server.json_setting import json_object
 ROLES = ("kv_both", "kv_producer", "kv_consumer")
 FIELDS = ("kv_connector", "kv_role", "kv_connector_extra_config", "kv_connector_module_path")
 FIELD = "kv_transfer_config"
+DEFAULT_CONNECTOR = "ZmqConnector"  # prefill/decode disaggregation's, as vLLM users name only a role
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class KVTransferConfig:
         if value is None or isinstance(value, KVTransferConfig):
             return value
         value = json_object(value, FIELD, FIELDS)
-        connector = value.get("kv_connector")
+        connector = value.get("kv_connector", DEFAULT_CONNECTOR)
         if not isinstance(connector, str) or not connector:
             raise InvalidRequestError(f"{FIELD}.kv_connector must name a connector", param=f"{FIELD}.kv_connector")
         role = value.get("kv_role", "kv_both")

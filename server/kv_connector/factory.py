@@ -10,7 +10,10 @@ from typing import Any
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.kv_connector.config import KVTransferConfig
 
-BUILT_IN = {"HostTierConnector": "argosy.server.kv_tier.host_connector"}
+BUILT_IN = {
+    "HostTierConnector": "argosy.server.kv_tier.host_connector",
+    "ZmqConnector": "argosy.server.kv_transfer.connector",
+}
 
 
 def connector_class(config: KVTransferConfig) -> Any:

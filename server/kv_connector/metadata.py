@@ -4,5 +4,6 @@ it (plain data: msgspec structs)."""
 from __future__ import annotations
 
 from argosy.server.kv_tier.tier_scheduler import HostTierMeta
+from argosy.server.kv_transfer.transfer_scheduler import TransferMeta
 
-KVConnectorMeta = HostTierMeta
+KVConnectorMeta = HostTierMeta | TransferMeta

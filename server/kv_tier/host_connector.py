@@ -44,5 +44,7 @@ class HostTierConnector:
         return (HostTierWorker(num_slots, block_shape, dtype, device) if num_slots else None), num_slots
 
     @staticmethod
-    def scheduler(config: KVTransferConfig, num_blocks: int, block_size: int) -> HostTierScheduler | None:
+    def scheduler(
+        config: KVTransferConfig, num_blocks: int, block_size: int, address: None
+    ) -> HostTierScheduler | None:
         return HostTierScheduler(num_blocks, block_size) if num_blocks else None

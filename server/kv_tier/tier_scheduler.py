@@ -58,8 +58,21 @@ class HostTierScheduler:
     def update_connector_output(self, output: KVConnectorOutput) -> None:
         pass  # its loads are copies made in their step: nothing here waits for them
 
-    def request_finished(self, seq: Sequence) -> None:
-        pass
+    def request_finished(self, seq: Sequence) -> list[int]:
+        return []
+
+    def take_released(self) -> list[int]:
+        return []
+
+    def take_refused(self) -> list[tuple[str, str]]:
+        return []
+
+    def transfer_params(self, seq: Sequence) -> None:
+        return None
+
+    @property
+    def busy(self) -> bool:
+        return False  # its copies are made in their step
 
     def take_events(self) -> tuple[list[bytes], list[bytes]]:
         return self.pool.take_changes()

@@ -123,7 +123,8 @@ class Worker:
         )
         if self.driver:
             log.info(report.line())
-        return DeviceReady(num_blocks, report.line(), connector_blocks, report.weight_bytes, block_bytes)
+        address = None if self.kv_connector is None else self.kv_connector.address
+        return DeviceReady(num_blocks, report.line(), connector_blocks, report.weight_bytes, block_bytes, address)
 
     def execute(self, plan: StepPlan) -> StepResult | None:
         """The step's result on rank 0; None on the others (they only compute)."""

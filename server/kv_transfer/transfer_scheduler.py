@@ -1,0 +1,165 @@
+"""The P/D connector's engine half (TransferScheduler). On a prefill replica: a request that asked
+`do_remote_decode` keeps its prompt's full blocks when it finishes, its answer naming them; they go
+back when the decode side has pulled them or after `hold_timeout` seconds. On a decode replica: a
+request whose params say `do_remote_prefill` loads the prompt's full blocks after its own prefix
+hits from where they are held (once: a request preempted later computes them itself), and
+computes the rest. A pull the prefill side refuses fails the request (its params are forged or
+stale); one that finds nobody there costs a recomputation."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from argosy.server.kv_connector.output import KVConnectorOutput
+from argosy.server.kv_transfer.params import KVTransferParams
+
+if TYPE_CHECKING:
+    from argosy.server.engine.sequence import Sequence
+
+
+class Pull(msgspec.Struct, array_like=True, frozen=True):
+    seq_id: int
+    address: str  # the prefill side channel, tcp://host:port
+    engine_id: str
+    request_id: str  # the prefill request the blocks are held for
+    remote_block_ids: list[int]
+    local_block_ids: list[int]
+
+
+class TransferMeta(msgspec.Struct, tag="kv_transfer", array_like=True):
+    holds: list[tuple[str, list[int]]] = []  # (request id, blocks) now held for a decode side
+    releases: list[str] = []  # holds that ended: never served from now on
+    pulls: list[Pull] = []
+    cancels: list[int] = []  # sequences that left while pulling: what arrives for them is dropped
+
+
+@dataclass
+class TransferStats:
+    blocks_pulled: int = 0
+    blocks_sent: int = 0
+    bytes_moved: int = 0
+    seconds: float = 0.0  # pulls' wall time
+    holds_expired: int = 0
+    pulls_failed: int = 0
+    pulls_refused: int = 0
+
+
+class SideChannelAddress(msgspec.Struct, array_like=True, frozen=True):
+    """Where a prefill replica's blocks are pulled from, as its worker half bound it."""
+
+    engine_id: str
+    host: str
+    port: int
+
+
+class TransferScheduler:
+    def __init__(self, address: SideChannelAddress, block_size: int, hold_timeout: float):
+        self.address, self.block_size, self.hold_timeout = address, block_size, hold_timeout
+        self.stats = TransferStats()
+        self._holds: dict[str, tuple[list[int], float]] = {}  # request id -> (blocks, deadline)
+        self._pulling: dict[int, str] = {}  # seq id -> its request id
+        self._pulled: set[str] = set()  # requests that have had their pull (a second admission computes)
+        self._released: list[int] = []
+        self._refused: list[tuple[str, str]] = []
+        self._meta = TransferMeta()
+
+    @property
+    def busy(self) -> bool:
+        """Blocks held or pulls in flight: the engine polls its workers meanwhile, even idle."""
+        return bool(self._holds or self._pulling)
+
+    def get_num_new_matched_tokens(self, seq: Sequence, num_computed_blocks: int) -> int:
+        params = seq.request.options.kv_transfer
+        if params is None or not params.do_remote_prefill or seq.request.request_id in self._pulled:
+            return 0
+        prompt_blocks = (len(seq.request.prompt_token_ids) - 1) // self.block_size  # one token left to compute
+        return max(0, min(len(params.remote_block_ids), prompt_blocks) - num_computed_blocks) * self.block_size
+
+    def update_state_after_alloc(self, seq: Sequence, block_ids: list[int]) -> None:
+        params, request_id = seq.request.options.kv_transfer, seq.request.request_id
+        first = len(seq.block_table) - len(block_ids)
+        address = f"tcp://{params.remote_host}:{params.remote_port}"
+        remote = params.remote_block_ids[first : first + len(block_ids)]
+        self._meta.pulls.append(
+            Pull(seq.seq_id, address, params.remote_engine_id, params.remote_request_id, remote, block_ids)
+        )
+        self._pulling[seq.seq_id] = request_id
+        self._pulled.add(request_id)
+
+    def on_evict(self, block_id: int, block_hash: bytes) -> None:
+        pass
+
+    def request_finished(self, seq: Sequence) -> list[int]:
+        """A prefill request that finished on its own keeps its prompt's full blocks for the decode side."""
+        request = seq.request
+        self._pulled.discard(request.request_id)
+        if self._pulling.pop(seq.seq_id, None) is not None:
+            self._meta.cancels.append(seq.seq_id)
+        params = request.options.kv_transfer
+        if params is None or not params.do_remote_decode or seq.finish_reason not in ("stop", "length"):
+            return []
+        blocks = seq.block_table[: len(request.prompt_token_ids) // self.block_size]
+        self._holds[request.request_id] = (blocks, time.monotonic() + self.hold_timeout)
+        self._meta.holds.append((request.request_id, blocks))
+        return blocks
+
+    def transfer_params(self, seq: Sequence) -> KVTransferParams | None:
+        """What a finished prefill request's answer says: where its blocks are held."""
+        request_id = seq.request.request_id
+        if request_id not in self._holds:
+            return None
+        a = self.address
+        return KVTransferParams(False, True, a.engine_id, a.host, a.port, self._holds[request_id][0], request_id)
+
+    def build_connector_meta(self) -> TransferMeta | None:
+        now = time.monotonic()
+        for request_id in [r for r, (_, deadline) in self._holds.items() if deadline <= now]:
+            self._release(request_id)
+            self.stats.holds_expired += 1
+        meta, self._meta = self._meta, TransferMeta()
+        return meta if meta.holds or meta.releases or meta.pulls or meta.cancels else None
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        for request_id in output.finished_sends:
+            if request_id in self._holds:
+                self._release(request_id)
+        for seq_id in output.finished_loads:
+            self._pulling.pop(seq_id, None)
+        for seq_id, why in output.refused:
+            if (request_id := self._pulling.pop(seq_id, None)) is not None:
+                self._refused.append((request_id, why))
+        stats = self.stats
+        stats.blocks_pulled += output.blocks_pulled
+        stats.blocks_sent += output.blocks_sent
+        stats.bytes_moved += output.bytes_moved
+        stats.seconds += output.seconds
+        stats.pulls_failed += output.pulls_failed
+        stats.pulls_refused += len(output.refused)
+
+    def take_released(self) -> list[int]:
+        """Blocks whose holds ended (pulled, or held too long) since the last call: the manager lets them go."""
+        released, self._released = self._released, []
+        return released
+
+    def take_refused(self) -> list[tuple[str, str]]:
+        """(request id, why) of the pulls the prefill side refused since the last call."""
+        refused, self._refused = self._refused, []
+        return refused
+
+    def take_events(self) -> tuple[list[bytes], list[bytes]]:
+        return [], []
+
+    def count_hits(self, num_tokens: int) -> None:
+        pass  # the pulled blocks are counted by the worker half, in blocks and bytes
+
+    def reset(self) -> None:
+        pass  # nothing cached of its own: a reset waits while any block is held
+
+    def _release(self, request_id: str) -> None:
+        blocks, _ = self._holds.pop(request_id)
+        self._released += blocks
+        self._meta.releases.append(request_id)

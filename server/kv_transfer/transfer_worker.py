@@ -1,0 +1,98 @@
+"""The P/D connector's worker half (TransferWorker), beside the rank's KV cache. On a prefill
+replica its side channel serves the blocks the engine holds. On a decode replica it runs each
+step's pulls on a small thread pool and writes what arrived into the blocks taken for it, between
+steps (the sequences they are for compute nothing until then); what arrives for a sequence that
+left meanwhile is dropped, its blocks perhaps another's already."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+import zmq
+
+from argosy.server.kv_connector.output import KVConnectorOutput
+from argosy.server.kv_transfer.pull import PullFailed, PullRefused, layout_of, pull_blocks
+from argosy.server.kv_transfer.side_channel import SideChannel
+from argosy.server.kv_transfer.transfer_scheduler import Pull, SideChannelAddress, TransferMeta
+from argosy.server.kv_transfer.wire import PullRequest
+
+log = logging.getLogger("argosy.kv_transfer")
+MAX_CONCURRENT_PULLS = 4
+
+
+class TransferWorker:
+    def __init__(
+        self,
+        block_shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        host: str,
+        port: int,
+        pull_timeout: float,
+    ):
+        self.dtype, self.device, self.pull_timeout = dtype, device, pull_timeout
+        self.layout = layout_of(block_shape, dtype)
+        self.engine_id = uuid.uuid4().hex
+        self.side_channel = SideChannel(self.engine_id, self.layout, host, port)
+        self._context = zmq.Context()
+        self._pool = ThreadPoolExecutor(MAX_CONCURRENT_PULLS, thread_name_prefix="kv-pull")
+        self._pulls: dict[int, tuple[Pull, Future]] = {}
+        self._kv_cache: torch.Tensor | None = None
+        self._sent_before = (0, 0)
+
+    @property
+    def address(self) -> SideChannelAddress:
+        return SideChannelAddress(self.engine_id, self.side_channel.host, self.side_channel.port)
+
+    def start(self, kv_cache: torch.Tensor, meta: TransferMeta | None) -> None:
+        self._kv_cache = self.side_channel.kv_cache = kv_cache
+        if meta is None:
+            return
+        for seq_id in meta.cancels:
+            self._pulls.pop(seq_id, None)  # its future runs on; what it brings is dropped
+        self.side_channel.release(meta.releases)
+        for request_id, block_ids in meta.holds:
+            self.side_channel.hold(request_id, block_ids)
+        for pull in meta.pulls:
+            self._pulls[pull.seq_id] = (pull, self._pool.submit(self._pull, pull))
+
+    def finished(self) -> KVConnectorOutput:
+        out = KVConnectorOutput(finished_sends=self.side_channel.take_sent())
+        for seq_id in [s for s, (_, future) in self._pulls.items() if future.done()]:
+            pull, future = self._pulls.pop(seq_id)
+            try:
+                blocks, seconds = future.result()
+            except PullRefused as exc:
+                out.refused.append((seq_id, f"the prefill side refused the KV pull: {exc}"))
+                continue
+            except (PullFailed, zmq.ZMQError) as exc:  # the prefill side is gone: computed here instead
+                log.warning("KV pull from %s failed (%s): the prompt is computed here", pull.address, exc)
+                out.failed_blocks += pull.local_block_ids
+                out.finished_loads.append(seq_id)
+                out.pulls_failed += 1
+                continue
+            index = torch.tensor(pull.local_block_ids, device=self.device)
+            self._kv_cache.index_copy_(2, index, blocks.to(self.device).movedim(0, 2))
+            out.finished_loads.append(seq_id)
+            out.blocks_pulled += len(pull.local_block_ids)
+            out.bytes_moved += blocks.nbytes
+            out.seconds += seconds
+        blocks_sent, bytes_sent = self.side_channel.blocks_sent, self.side_channel.bytes_sent
+        out.blocks_sent = blocks_sent - self._sent_before[0]
+        out.bytes_moved += bytes_sent - self._sent_before[1]
+        self._sent_before = (blocks_sent, bytes_sent)
+        return out
+
+    def close(self) -> None:
+        self.side_channel.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _pull(self, pull: Pull) -> tuple[torch.Tensor, float]:
+        started = time.monotonic()
+        request = PullRequest(pull.engine_id, pull.request_id, pull.remote_block_ids, self.layout)
+        blocks = pull_blocks(self._context, pull.address, request, self.dtype, self.pull_timeout)
+        return blocks, time.monotonic() - started

@@ -1,0 +1,41 @@
+"""The messages between a decode replica's worker and a prefill replica's side channel (msgspec
+over ZMQ). A pull names the engine and the request the blocks are held for, the blocks, and the
+puller's block layout; the reply is refused (why, in words) or carries the blocks' bytes in the
+frame after it, [blocks, layers, 2, block_size, kv_heads, head_dim] as the layout says."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class KVLayout(msgspec.Struct, array_like=True, frozen=True):
+    """What must agree for one side's block bytes to mean the same on the other."""
+
+    block_shape: tuple[int, ...]  # one block of every layer: [layers, 2, block_size, kv_heads, head_dim]
+    dtype: str
+    tp_size: int = 1
+
+    def mismatch(self, puller: KVLayout) -> str | None:
+        """Why blocks of this (the prefill side's) layout cannot be read as `puller`'s; None when they can."""
+        for name in ("block_shape", "dtype", "tp_size"):
+            mine, theirs = getattr(self, name), getattr(puller, name)
+            if mine != theirs:
+                return f"the KV layouts differ: {name} is {mine} on the prefill side, {theirs} on the decode side"
+        return None
+
+
+class PullRequest(msgspec.Struct, array_like=True, frozen=True):
+    engine_id: str
+    request_id: str
+    block_ids: list[int]
+    layout: KVLayout
+
+
+class PullReply(msgspec.Struct, array_like=True, frozen=True):
+    error: str | None = None  # why the pull was refused; None: the blocks follow
+    num_blocks: int = 0
+
+
+encode = msgspec.msgpack.Encoder().encode
+decode_request = msgspec.msgpack.Decoder(PullRequest).decode
+decode_reply = msgspec.msgpack.Decoder(PullReply).decode
