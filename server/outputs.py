@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from argosy.server.kv_tier.host_pool import HostTierStats
+from argosy.server.kv_transfer.transfer_scheduler import TransferStats
 from argosy.server.spec_decode.speculator import SpecDecodeStats
 
 
@@ -73,6 +74,7 @@ class EngineStats:
     lora: LoRAStats | None = None  # with LoRA on
     grammar_compile_seconds: list[float] = field(default_factory=list)  # compiles finished since the last stats
     spec_decode: SpecDecodeStats | None = None  # with speculative decoding
+    kv_transfer: TransferStats | None = None  # with prefill/decode disaggregation
     kv_events_dropped: int = 0  # KV event batches dropped because the publisher's queue was full
 
     @property

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from argosy.server.api.kv_transfer_metrics import KVTransferMetrics
 from argosy.server.api.scheduling_metrics import SchedulingMetrics
 from argosy.server.api.spec_decode_metrics import SpecDecodeMetrics
 from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
@@ -181,6 +182,7 @@ class ServerMetrics:
         self.set_weight_version("0", 0)
         self.spec_decode = SpecDecodeMetrics(counter, self.model_name)
         self.scheduling = SchedulingMetrics(r, self.model_name)
+        self.kv_transfer = KVTransferMetrics(r, self.model_name)
         # Every series present from the start, at 0, as vLLM has them: rate() needs a first sample.
         for series in (
             self.prompt_tokens,
@@ -326,6 +328,8 @@ class ServerMetrics:
         self.scheduling.sync(stats)
         if stats.spec_decode is not None:
             self.spec_decode.sync(stats.spec_decode)
+        if stats.kv_transfer is not None:
+            self.kv_transfer.sync(stats.kv_transfer)
 
     def render(self) -> bytes:
         if self._refresh_lora is not None:

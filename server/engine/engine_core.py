@@ -12,6 +12,7 @@ block copies, the inputs and the forward pass are the step's: a failure there ra
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import logging
 import time
@@ -37,6 +38,7 @@ from argosy.server.kv_events.publisher import ZmqEventPublisher
 from argosy.server.kv_events.recorder import KVEventRecorder
 from argosy.server.kv_events.wire import AllBlocksCleared, EventBatch
 from argosy.server.kv_tier.tier_scheduler import HostTierScheduler
+from argosy.server.kv_transfer.transfer_scheduler import TransferScheduler
 from argosy.server.lora.host_cache import AdapterHostCache
 from argosy.server.lora.manager import LoRAManager
 from argosy.server.lora.request import AdapterRef
@@ -427,6 +429,7 @@ class EngineCore:
         return out
 
     def stats(self) -> EngineStats:
+        connector = self.kv.connector
         return EngineStats(
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
@@ -437,10 +440,13 @@ class EngineCore:
             num_preemptions=self.scheduler.num_preemptions,
             preemptions=dict(self.scheduler.preemptions),
             recomputed_tokens=self.scheduler.recomputed_tokens,
-            kv_host=self.kv.connector.stats() if isinstance(self.kv.connector, HostTierScheduler) else None,
+            kv_host=connector.stats() if isinstance(connector, HostTierScheduler) else None,
             lora=None if self.lora is None else self._lora_stats(),
             grammar_compile_seconds=self.grammars.compiler.take_compile_seconds(),
             spec_decode=None if self.speculator is None else self.speculator.snapshot(),
+            kv_transfer=copy.copy(self.kv.connector.stats)
+            if isinstance(self.kv.connector, TransferScheduler)
+            else None,
             kv_events_dropped=0 if self.kv_events is None else self.kv_events.dropped,
         )
 

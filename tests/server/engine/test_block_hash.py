@@ -64,7 +64,7 @@ def test_the_engine_announces_vllm_hashes_with_sha256_cbor(llama_checkpoint, mon
         sub.messages.clear()
         prompt = [(7 * i) % 290 + 3 for i in range(40)]
         llm.generate({"prompt_token_ids": prompt}, probe)
-        sub.poll()
+        sub.drain(llm.engine.core.kv_events)
         stored = [h for e in sub.events() if e["type"] == "BlockStored" for h in e["block_hashes"]]
         assert stored == vllm_chain(prompt, 16, "1234")
     finally:

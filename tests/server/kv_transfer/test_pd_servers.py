@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
+from tests.polling import wait_until
 from tests.processes import MODEL
-from tests.server.api.servers import run_server
+from tests.server.api.servers import metric, run_server
 
 PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
@@ -46,3 +47,73 @@ def test_a_completion_through_prefill_and_decode_is_the_one_server_answer(pair):
     second = complete(decode, prompt=PROMPT, max_tokens=12, kv_transfer_params=params)
     assert second["choices"][0]["text"] == alone["choices"][0]["text"]
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 16 * len(params["remote_block_ids"])
+
+
+def test_a_streamed_chat_decode_leg_is_the_one_server_answer(pair):
+    prefill, decode = pair
+    messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": "And then?"}]
+    body = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 10}
+    alone = httpx.post(f"{prefill}/v1/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
+    leg = {**body, "max_tokens": 1, "min_tokens": 1, "kv_transfer_params": PREFILL_LEG}
+    params = httpx.post(f"{prefill}/v1/chat/completions", json=leg, timeout=60).json()["kv_transfer_params"]
+    pieces = []
+    with httpx.stream(
+        "POST", f"{decode}/v1/chat/completions", json={**body, "stream": True, "kv_transfer_params": params}, timeout=60
+    ) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                pieces.append(json.loads(line[6:])["choices"][0]["delta"].get("content") or "")
+    assert "".join(pieces) == alone["content"]
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        pytest.param(lambda p: {**p, "remote_engine_id": "0" * 32}, id="unknown engine"),
+        pytest.param(
+            lambda p: {**p, "remote_block_ids": [b + 500 for b in p["remote_block_ids"]]}, id="blocks not held"
+        ),
+        pytest.param(lambda p: {**p, "remote_request_id": "cmpl-someone-else"}, id="another request"),
+    ],
+)
+def test_forged_params_are_a_400_and_read_nothing(pair, forge, request):
+    prefill, decode = pair
+    prompt = f"{request.node.callspec.id}: {PROMPT}"  # cached on neither side yet
+    params = complete(prefill, prompt=prompt, max_tokens=1, kv_transfer_params=PREFILL_LEG)["kv_transfer_params"]
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0}
+    answer = httpx.post(f"{decode}/v1/completions", json={**body, "kv_transfer_params": forge(params)}, timeout=60)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "kv_transfer_params", answer.text
+    # The true params still pull: a refused pull took nothing, and the blocks are what the prompt's are.
+    pulled = complete(decode, **body, kv_transfer_params=params)
+    assert pulled["usage"]["prompt_tokens_details"]["cached_tokens"] == 16 * len(params["remote_block_ids"])
+    assert pulled["choices"][0]["text"] == complete(prefill, **body)["choices"][0]["text"]
+
+
+def test_blocks_never_pulled_go_back_after_the_hold_timeout_and_their_params_are_then_a_400(pair):
+    prefill, decode = pair
+    prompt = f"never pulled: {PROMPT}"
+    used = metric(prefill, "argosy_kv_cache_usage_ratio")
+    expired = metric(prefill, "argosy_kv_transfer_holds_expired_total")
+    params = complete(prefill, prompt=prompt, max_tokens=1, kv_transfer_params=PREFILL_LEG)["kv_transfer_params"]
+    assert metric(prefill, "argosy_kv_cache_usage_ratio") > used  # held for the decode side
+    wait_until(lambda: metric(prefill, "argosy_kv_transfer_holds_expired_total") > expired, 30, "the hold to expire")
+    assert metric(prefill, "argosy_kv_cache_usage_ratio") == used
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 2, "kv_transfer_params": params}
+    answer = httpx.post(f"{decode}/v1/completions", json=body, timeout=60)
+    assert answer.status_code == 400 and "no blocks are held" in answer.json()["error"]["message"], answer.text
+
+
+def test_a_pulled_hold_goes_back_at_once(pair):
+    prefill, decode = pair
+    prompt = f"pulled: {PROMPT}"
+    used = metric(prefill, "argosy_kv_cache_usage_ratio")
+    sent = metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent")
+    params = complete(prefill, prompt=prompt, max_tokens=1, kv_transfer_params=PREFILL_LEG)["kv_transfer_params"]
+    pulled = complete(decode, prompt=prompt, max_tokens=2, kv_transfer_params=params)
+    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") == used, 10, "the held blocks to go back")
+    # All the prompt's full blocks but one whose last token the decode side computes for its logits.
+    blocks = pulled["usage"]["prompt_tokens_details"]["cached_tokens"] // 16
+    assert blocks >= len(params["remote_block_ids"]) - 1
+    assert metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent") == sent + blocks
+    assert metric(decode, "argosy_kv_transfer_blocks_total", direction="pulled") >= blocks
