@@ -118,12 +118,18 @@ class SamplingParams:
                 "logit_bias",
                 f"logit_bias values must be in [-{MAX_LOGIT_BIAS}, {MAX_LOGIT_BIAS}], got {bias!r} for token {token}",
             )
-        # A grammar complete before min_tokens would leave no token to choose.
+        # A grammar complete before min_tokens would leave no token to choose. JSON is never empty: one
+        # token is always due (the vLLM router's prefill leg asks min_tokens 1, whatever the constraint).
+        constraint = self.structured_outputs
         _check(
-            self.structured_outputs is None or self.min_tokens == 0,
+            constraint is None or self.min_tokens == 0 or (self.min_tokens == 1 and constraint.kind in JSON_KINDS),
             "min_tokens",
-            "min_tokens cannot be combined with structured outputs (the grammar decides where the output ends)",
+            "min_tokens cannot be combined with structured outputs (the grammar decides where the output ends), "
+            "but for min_tokens 1 with JSON",
         )
+
+
+JSON_KINDS = ("json", "json_object")  # constraints whose every output has at least one token
 
 
 # Each integer field's bounds, [low, high): its meaning's, within what the engine core's wire

@@ -5,12 +5,16 @@ leg, given that answer, pulls them and decodes, token for token what one server 
 from __future__ import annotations
 
 import json
+import os
+import signal
+from contextlib import contextmanager
 
 import httpx
 import pytest
 
+from tests.adapters import make_adapter
 from tests.polling import wait_until
-from tests.processes import MODEL
+from tests.processes import MODEL, children
 from tests.server.api.servers import metric, run_server
 
 PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
@@ -22,13 +26,20 @@ def transfer_config(**extra) -> str:
     return json.dumps({"kv_role": "kv_both", "kv_connector_extra_config": {"side_channel_port": 0, **extra}})
 
 
+POINT = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "point", "schema": POINT}}
+
+
 @pytest.fixture(scope="module")
-def pair(llama_checkpoint):
+def pair(llama_checkpoint, tmp_path_factory):
+    adapter = make_adapter(llama_checkpoint, tmp_path_factory.mktemp("adapter") / "tuned", rank=4)
+    # Chunks of 64 tokens: every prompt here is prefilled in several.
+    common = {"enable_lora": True, "max_loras": 1, "lora_modules": [f"tuned={adapter}"], "max_num_batched_tokens": 64}
     with (
-        run_server(llama_checkpoint, kv_transfer_config=transfer_config(hold_timeout=5)) as prefill,
-        run_server(llama_checkpoint, kv_transfer_config=transfer_config()) as decode,
+        run_server(llama_checkpoint, kv_transfer_config=transfer_config(hold_timeout=5), **common) as prefill,
+        run_server(llama_checkpoint, kv_transfer_config=transfer_config(pull_timeout=3), **common) as decode,
     ):
-        yield prefill.url, decode.url
+        yield prefill, decode
 
 
 def complete(url: str, **body) -> dict:
@@ -37,20 +48,30 @@ def complete(url: str, **body) -> dict:
     return answer.json()
 
 
-def test_a_completion_through_prefill_and_decode_is_the_one_server_answer(pair):
-    prefill, decode = pair
-    alone = complete(prefill, prompt=PROMPT, max_tokens=12)
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param({}, id="plain"),
+        pytest.param({"model": "tuned"}, id="adapter"),
+        pytest.param({"response_format": SCHEMA, "max_tokens": 40}, id="json schema"),
+    ],
+)
+def test_a_completion_through_prefill_and_decode_is_the_one_server_answer(pair, extra, request):
+    prefill, decode = (server.url for server in pair)
+    body = {"prompt": f"{request.node.callspec.id}: {PROMPT}", "max_tokens": 12, **extra}
+    alone = complete(prefill, **body)
     assert "kv_transfer_params" not in alone
-    first = complete(prefill, prompt=PROMPT, max_tokens=1, min_tokens=1, kv_transfer_params=PREFILL_LEG)
+    first = complete(prefill, **{**body, "max_tokens": 1, "min_tokens": 1, "kv_transfer_params": PREFILL_LEG})
     params = first["kv_transfer_params"]
     assert params["do_remote_prefill"] is True and params["remote_port"] and len(params["remote_block_ids"]) >= 4
-    second = complete(decode, prompt=PROMPT, max_tokens=12, kv_transfer_params=params)
+    second = complete(decode, **body, kv_transfer_params=params)
     assert second["choices"][0]["text"] == alone["choices"][0]["text"]
-    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 16 * len(params["remote_block_ids"])
+    pullable = min(len(params["remote_block_ids"]), (second["usage"]["prompt_tokens"] - 1) // 16)
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 16 * pullable
 
 
 def test_a_streamed_chat_decode_leg_is_the_one_server_answer(pair):
-    prefill, decode = pair
+    prefill, decode = (server.url for server in pair)
     messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": "And then?"}]
     body = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 10}
     alone = httpx.post(f"{prefill}/v1/chat/completions", json=body, timeout=60).json()["choices"][0]["message"]
@@ -78,7 +99,7 @@ def test_a_streamed_chat_decode_leg_is_the_one_server_answer(pair):
     ],
 )
 def test_forged_params_are_a_400_and_read_nothing(pair, forge, request):
-    prefill, decode = pair
+    prefill, decode = (server.url for server in pair)
     prompt = f"{request.node.callspec.id}: {PROMPT}"  # cached on neither side yet
     params = complete(prefill, prompt=prompt, max_tokens=1, kv_transfer_params=PREFILL_LEG)["kv_transfer_params"]
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0}
@@ -91,7 +112,7 @@ def test_forged_params_are_a_400_and_read_nothing(pair, forge, request):
 
 
 def test_blocks_never_pulled_go_back_after_the_hold_timeout_and_their_params_are_then_a_400(pair):
-    prefill, decode = pair
+    prefill, decode = (server.url for server in pair)
     prompt = f"never pulled: {PROMPT}"
     used = metric(prefill, "argosy_kv_cache_usage_ratio")
     expired = metric(prefill, "argosy_kv_transfer_holds_expired_total")
@@ -105,7 +126,7 @@ def test_blocks_never_pulled_go_back_after_the_hold_timeout_and_their_params_are
 
 
 def test_a_pulled_hold_goes_back_at_once(pair):
-    prefill, decode = pair
+    prefill, decode = (server.url for server in pair)
     prompt = f"pulled: {PROMPT}"
     used = metric(prefill, "argosy_kv_cache_usage_ratio")
     sent = metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent")
@@ -117,3 +138,46 @@ def test_a_pulled_hold_goes_back_at_once(pair):
     assert blocks >= len(params["remote_block_ids"]) - 1
     assert metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent") == sent + blocks
     assert metric(decode, "argosy_kv_transfer_blocks_total", direction="pulled") >= blocks
+
+
+@contextmanager
+def stopped(pid: int):
+    """The process and all its descendants stopped (SIGSTOP) until the block ends."""
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children(tree[-1])
+    for each in tree:
+        os.kill(each, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for each in tree:
+            os.kill(each, signal.SIGCONT)
+
+
+def test_a_prefill_side_gone_quiet_costs_a_recomputation_not_the_answer(pair):
+    prefill, decode = pair
+    body = {"prompt": f"quiet: {PROMPT}", "max_tokens": 12}
+    alone = complete(prefill.url, **body)
+    params = complete(prefill.url, **{**body, "max_tokens": 1, "kv_transfer_params": PREFILL_LEG})["kv_transfer_params"]
+    used, failed = (
+        metric(decode.url, "argosy_kv_cache_usage_ratio"),
+        metric(decode.url, "argosy_kv_transfer_pulls_failed_total"),
+    )
+    with stopped(prefill.engine.core.pid):  # its side channel answers nothing (the decode side waits 3 s)
+        answer = complete(decode.url, **body, kv_transfer_params=params)
+    assert answer["choices"][0]["text"] == alone["choices"][0]["text"]
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert metric(decode.url, "argosy_kv_transfer_pulls_failed_total") == failed + 1
+    assert metric(decode.url, "argosy_kv_cache_usage_ratio") == used  # the blocks taken for the pull came back
+
+
+def test_a_decode_side_of_another_layout_is_refused_naming_it(pair, llama_checkpoint):
+    prefill = pair[0].url
+    body = {"prompt": f"layout: {PROMPT}", "max_tokens": 2}
+    params = complete(prefill, **{**body, "max_tokens": 1, "kv_transfer_params": PREFILL_LEG})["kv_transfer_params"]
+    with run_server(llama_checkpoint, dtype="bfloat16", kv_transfer_config=transfer_config()) as other:
+        answer = httpx.post(f"{other.url}/v1/completions", json={"model": MODEL, **body, "kv_transfer_params": params})
+    assert answer.status_code == 400, answer.text
+    assert "the KV layouts differ: dtype is float32 on the prefill side, bfloat16" in answer.json()["error"]["message"]

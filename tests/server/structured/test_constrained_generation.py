@@ -112,9 +112,12 @@ def test_chunked_prefill_graph_twin_stop_strings_and_logprobs(llama_checkpoint):
 
 
 def test_constraints_refuse_min_tokens_and_a_second_kind():
-    with pytest.raises(InvalidRequestError) as refused:
-        SamplingParams(min_tokens=3, structured_outputs=StructuredOutputsParams(regex="a"))
-    assert refused.value.param == "min_tokens"
+    for min_tokens, constraint in ((3, {"regex": "a"}), (1, {"regex": "a*"}), (2, {"json_object": True})):
+        with pytest.raises(InvalidRequestError) as refused:
+            SamplingParams(min_tokens=min_tokens, structured_outputs=StructuredOutputsParams(**constraint))
+        assert refused.value.param == "min_tokens"
+    # JSON is never empty: min_tokens 1 (as the vLLM router's prefill legs ask) changes nothing.
+    SamplingParams(min_tokens=1, structured_outputs=StructuredOutputsParams(json_object=True)).validate()
     with pytest.raises(InvalidRequestError, match="exactly one"):
         StructuredOutputsParams(regex="a", choice=["b"])
 
