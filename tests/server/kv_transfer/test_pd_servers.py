@@ -12,34 +12,16 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from tests.adapters import make_adapter
 from tests.polling import wait_until
 from tests.processes import MODEL, children
 from tests.server.api.servers import metric, run_server
+from tests.server.kv_transfer.pd_servers import PREFILL_LEG, transfer_config
 
-PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-               "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
 PROMPT = "The history of the river valley, told from its source to the sea: " * 6
-
-
-def transfer_config(**extra) -> str:
-    return json.dumps({"kv_role": "kv_both", "kv_connector_extra_config": {"side_channel_port": 0, **extra}})
 
 
 POINT = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
 SCHEMA = {"type": "json_schema", "json_schema": {"name": "point", "schema": POINT}}
-
-
-@pytest.fixture(scope="module")
-def pair(llama_checkpoint, tmp_path_factory):
-    adapter = make_adapter(llama_checkpoint, tmp_path_factory.mktemp("adapter") / "tuned", rank=4)
-    # Chunks of 64 tokens: every prompt here is prefilled in several.
-    common = {"enable_lora": True, "max_loras": 1, "lora_modules": [f"tuned={adapter}"], "max_num_batched_tokens": 64}
-    with (
-        run_server(llama_checkpoint, kv_transfer_config=transfer_config(hold_timeout=5), **common) as prefill,
-        run_server(llama_checkpoint, kv_transfer_config=transfer_config(pull_timeout=3), **common) as decode,
-    ):
-        yield prefill, decode
 
 
 def complete(url: str, **body) -> dict:
