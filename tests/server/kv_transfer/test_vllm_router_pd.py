@@ -26,11 +26,10 @@ def test_the_vllm_router_drives_a_prefill_and_a_decode_replica(pair, tmp_path, s
     alone = httpx.post(f"{prefill.url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
     pulled = metric(decode.url, "argosy_kv_transfer_blocks_total", direction="pulled")
     with running_router(tmp_path / "router.log", *args) as router:
+        url = f"{router.url}/v1/completions"
         if stream:
             pieces = []
-            with httpx.stream(
-                "POST", f"{router.url}/v1/completions", json={**body, "stream": True}, timeout=60
-            ) as answer:
+            with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as answer:
                 assert answer.status_code == 200
                 for line in answer.iter_lines():
                     if line.startswith("data: ") and line != "data: [DONE]":
