@@ -37,6 +37,7 @@ _CONSTRAINTS = {
     annotated_types.MinLen: ("minLength", "min_length"),
     annotated_types.MaxLen: ("maxLength", "max_length"),
 }
+_EXCLUSIVE = {annotated_types.Gt: ("minimum", "gt"), annotated_types.Lt: ("maximum", "lt")}
 _SCALARS = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
@@ -145,6 +146,10 @@ def _constraints(field: FieldInfo) -> dict[str, Any]:
         if type(item) in _CONSTRAINTS:
             keyword, attribute = _CONSTRAINTS[type(item)]
             found[keyword] = getattr(item, attribute)
+        elif type(item) in _EXCLUSIVE:  # OpenAPI v3.0, as Kubernetes reads it: the bound and a flag
+            keyword, attribute = _EXCLUSIVE[type(item)]
+            found[keyword] = getattr(item, attribute)
+            found["exclusive" + keyword.capitalize()] = True
         elif getattr(item, "pattern", None):
             found["pattern"] = item.pattern
     found.update(field.json_schema_extra or {})

@@ -19,6 +19,7 @@ from argosy.operator.spec import (
     MODEL_MOUNT,
     InferenceServiceSpec,
     KVEventsSpec,
+    KVTransferSpec,
     LoRASpec,
     SpeculativeSpec,
     engine_flags,
@@ -65,7 +66,7 @@ def server_args(spec: InferenceServiceSpec) -> list[str]:
                 args.append(flag if value else flag.replace("--", "--no-", 1))
             elif isinstance(value, list):  # a repeatable flag
                 args += [arg for item in value for arg in (flag, str(item))]
-            elif isinstance(value, SpeculativeSpec | KVEventsSpec):
+            elif isinstance(value, SpeculativeSpec | KVEventsSpec | KVTransferSpec):
                 args += [flag, value.flag_value()]
             else:
                 args += [flag, str(value)]
@@ -160,7 +161,7 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
     ]
     if spec.engine.hashSeed is not None:
         env.append({"name": "PYTHONHASHSEED", "value": spec.engine.hashSeed})
-    if spec.kv_events is not None:  # a topic may name the pod: kv@$(POD_IP)@MODEL
+    if spec.kv_events is not None or spec.engine.kvTransferConfig is not None:  # $(POD_IP) in their flags
         env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     if spec.engine.apiKeySecretRef is not None:
         ref = spec.engine.apiKeySecretRef
@@ -172,7 +173,7 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
         "imagePullPolicy": spec.imagePullPolicy,
         "command": ["argosy"],
         "args": server_args(spec),
-        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}, *_event_ports(spec)],
+        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}, *_kv_ports(spec)],
         "env": env,
         "volumeMounts": [
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
@@ -206,13 +207,15 @@ def _container(spec: InferenceServiceSpec) -> dict[str, Any]:
     return container
 
 
-def _event_ports(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
-    events = spec.kv_events
-    if events is None or events.connect is not None:
-        return []
-    ports = [{"name": "kv-events", "containerPort": events.port, "protocol": "TCP"}]
-    if events.replayPort is not None:
-        ports.append({"name": "kv-replay", "containerPort": events.replayPort, "protocol": "TCP"})
+def _kv_ports(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
+    """The KV events' ports (unless they connect out), and the KV transfer's side channel."""
+    events, transfer, ports = spec.kv_events, spec.engine.kvTransferConfig, []
+    if events is not None and events.connect is None:
+        ports.append({"name": "kv-events", "containerPort": events.port, "protocol": "TCP"})
+        if events.replayPort is not None:
+            ports.append({"name": "kv-replay", "containerPort": events.replayPort, "protocol": "TCP"})
+    if transfer is not None:
+        ports.append({"name": "kv-transfer", "containerPort": transfer.port, "protocol": "TCP"})
     return ports
 
 

@@ -12,9 +12,14 @@ from argosy.server.interface import SERVER_PORT
 MANAGED_BY = "argosy-operator"
 
 
+ROLE_LABEL = "argosy.dev/role"  # prefill or decode, under spec.disaggregation
+
+
 def selector_labels(owner: Owner) -> dict[str, str]:
-    """The pod selector: stable for the life of the Deployment (selectors are immutable)."""
-    return {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/instance": owner.name}
+    """The pod selector: stable for the life of the Deployment (selectors are immutable). A role's pods
+    carry their role too; the service's selector (no role) takes both."""
+    base = {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/instance": owner.name}
+    return base if owner.role is None else {**base, ROLE_LABEL: owner.role}
 
 
 def labels(owner: Owner) -> dict[str, str]:
@@ -47,7 +52,7 @@ def router_labels(owner: Owner) -> dict[str, str]:
 
 def metadata(owner: Owner, name: str | None = None, object_labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {
-        "name": name or owner.name,
+        "name": name or owner.object_name,
         "namespace": owner.namespace,
         "labels": object_labels or labels(owner),
         "ownerReferences": [owner_reference(owner)],
@@ -55,7 +60,7 @@ def metadata(owner: Owner, name: str | None = None, object_labels: dict[str, str
 
 
 def manifest(kind: Kind, owner: Owner, spec: dict[str, Any]) -> dict[str, Any]:
-    """An object of `kind` built for `owner`, named after it."""
+    """An object of `kind` built for `owner`, named after it (and its role)."""
     return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": metadata(owner), "spec": spec}
 
 

@@ -15,6 +15,15 @@ class Owner(BaseModel):
     uid: str
     generation: int = 1
     kind: Kind = INFERENCE_SERVICE
+    role: str | None = None  # one role's pods of a disaggregated service (prefill, decode)
+
+    @property
+    def object_name(self) -> str:
+        """The name of the objects built for it: a role's are `<name>-<role>`."""
+        return self.name if self.role is None else f"{self.name}-{self.role}"
+
+    def as_role(self, role: str) -> Owner:
+        return self.model_copy(update={"role": role})
 
     @classmethod
     def from_body(cls, body: dict[str, Any], kind: Kind = INFERENCE_SERVICE) -> Owner:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from argosy.operator.adapters_config import build_adapters_config_map, lora_enabled
 from argosy.operator.deployment import build_deployment
+from argosy.operator.disaggregation import build_role_objects, disaggregated_status, role_suffixes
 from argosy.operator.drift import differences, last_applied, merge_patch, with_last_applied
 from argosy.operator.kinds import (
     CONFIG_MAP,
@@ -40,7 +41,7 @@ from argosy.operator.routing import build_http_route, build_inference_pool
 from argosy.operator.routing_status import routing_problem
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.service import build_pdb, build_service
-from argosy.operator.spec import InferenceServiceSpec
+from argosy.operator.spec import ROLES, InferenceServiceSpec
 from argosy.operator.status import Problem, compute_status, now
 
 # Kinds that come with add-ons: what the service needs them for, reported when they are missing.
@@ -52,12 +53,14 @@ ADD_ON_KINDS = {
 # Objects only some specs have, by kind and name suffix, in the order they go when the spec drops
 # them: the ScaledObject before the replica count returns to the Deployment, a route before the pool
 # it sends to, the router before its permissions.
+# A disaggregated service's roles replace its one Deployment, and the other way round.
 OPTIONAL_OBJECTS = (
-    (SCALED_OBJECT, ""),
+    *((SCALED_OBJECT, suffix) for suffix in ("", *role_suffixes())),
     (HTTP_ROUTE, ""),
     (INFERENCE_POOL, ""),
     (CONFIG_MAP, ""),
     *((kind, ROUTER_SUFFIX) for kind in (DEPLOYMENT, SERVICE, ROLE_BINDING, ROLE, SERVICE_ACCOUNT)),
+    *((DEPLOYMENT, suffix) for suffix in ("", *role_suffixes())),
 )
 
 
@@ -71,11 +74,11 @@ class ReconcileResult:
 def desired_objects(
     owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT
 ) -> list[tuple[Kind, dict[str, Any]]]:
-    objects = [
-        (DEPLOYMENT, build_deployment(owner, spec, cache_root)),
-        (SERVICE, build_service(owner)),
-        (PDB, build_pdb(owner, spec)),
-    ]
+    if spec.disaggregation is None:
+        objects = [(DEPLOYMENT, build_deployment(owner, spec, cache_root))]
+    else:
+        objects = build_role_objects(owner, spec, cache_root)
+    objects += [(SERVICE, build_service(owner)), (PDB, build_pdb(owner, spec))]
     if spec.autoscaling is not None:
         objects.append((SCALED_OBJECT, build_scaled_object(owner, spec)))
     if lora_enabled(spec):
@@ -124,9 +127,6 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
         else:
             if change:
                 changes.append(f"{change} {kind.kind} {name}")
-    deployment = applied.get((DEPLOYMENT, owner.name))
-    pods = kube.list(POD, owner.namespace, selector_string(owner)) if deployment is not None else []
-    min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
     routing = routing_problem(
         owner,
         spec.routing and spec.routing.route,
@@ -139,7 +139,7 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
         live = kube.get(MODEL_CACHE, owner.namespace, name)
         cache, waiting = service_cache(name, live, autoscaling.maxReplicas if autoscaling is not None else None)
         problem = problem or waiting
-    status = compute_status(owner, deployment, pods, problem, previous, now(), min_ready, routing)
+    status = _serving_status(kube, owner, spec, applied, problem, previous, routing)
     if cache is not None:
         status["modelCache"] = cache
     if spec.routing is not None and spec.routing.router is not None:
@@ -147,6 +147,25 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
         status["conditions"].append(router_condition(live_router, owner.generation, previous, now()))
         status["routerUrl"] = router_url(owner)
     return ReconcileResult(status, problem, changes)
+
+
+def _serving_status(
+    kube: KubeClient,
+    owner: Owner,
+    spec: InferenceServiceSpec,
+    applied: dict[tuple[Kind, str], dict[str, Any]],
+    problem: Problem | None,
+    previous: list[dict[str, Any]],
+    routing: Problem | None,
+) -> dict[str, Any]:
+    """The pods' part of the status: of the one Deployment, or of each role's."""
+    owners = [owner] if spec.disaggregation is None else [owner.as_role(role) for role in ROLES]
+    live = {o.role: applied.get((DEPLOYMENT, o.object_name)) for o in owners}
+    pods = {o.role: kube.list(POD, o.namespace, selector_string(o)) if live[o.role] is not None else [] for o in owners}
+    if spec.disaggregation is not None:
+        return disaggregated_status(owner, spec, live, pods, problem, previous, now(), routing)
+    min_ready = max(1, spec.autoscaling.minReplicas) if spec.autoscaling is not None else None
+    return compute_status(owner, live[None], pods[None], problem, previous, now(), min_ready, routing)
 
 
 def failure(kind: Kind, owner: Owner, exc: NotOwned | KindNotInstalled | ApiException) -> Problem:

@@ -15,6 +15,7 @@ from argosy.operator.spec import InferenceServiceSpec
 # The name becomes a Service name (DNS-1035) and the prefix of pod names, which must stay
 # whole for the autoscaling query to find them.
 MAX_NAME_LENGTH = 46
+MAX_ROLE_NAME_LENGTH = MAX_NAME_LENGTH - len("-prefill")  # the longer role's suffix
 
 
 class Condition(BaseModel):
@@ -41,6 +42,19 @@ class ModelCacheUse(BaseModel):
     message: str | None = Field(None, description="What limits the service, such as maxReplicas beyond readyNodes.")
 
 
+class RoleStatus(BaseModel):
+    """One role's pods under spec.disaggregation."""
+
+    replicas: int = Field(0, description="Its pods that exist.")
+    readyReplicas: int = Field(0, description="Its pods that are ready.")
+    reason: str | None = Field(None, description="Its readiness, as the Ready condition's reason would say it alone.")
+
+
+class RolesStatus(BaseModel):
+    prefill: RoleStatus | None = None
+    decode: RoleStatus | None = None
+
+
 class InferenceServiceStatus(BaseModel):
     """Observed state, in kstatus form, so Argo CD and Flux can read health."""
 
@@ -53,6 +67,7 @@ class InferenceServiceStatus(BaseModel):
     url: str | None = Field(None, description="The OpenAI-compatible API inside the cluster.")
     routerUrl: str | None = Field(None, description="With spec.routing.router: the API through the router.")
     modelCache: ModelCacheUse | None = Field(None, description="With spec.model.cacheRef: where copies are ready.")
+    roles: RolesStatus | None = Field(None, description="With spec.disaggregation: each role's pods.")
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
@@ -71,7 +86,13 @@ class InferenceService(BaseModel):
                 "metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) "
                 f"of at most {MAX_NAME_LENGTH} characters",
                 ".metadata.name",
-            )
+            ),
+            cel(
+                f"!has(self.spec.disaggregation) || size(self.metadata.name) <= {MAX_ROLE_NAME_LENGTH}",
+                f"metadata.name must be at most {MAX_ROLE_NAME_LENGTH} characters with spec.disaggregation: each "
+                "role's Deployment is named <name>-prefill or <name>-decode",
+                ".metadata.name",
+            ),
         )
     )
 

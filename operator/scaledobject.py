@@ -35,7 +35,7 @@ HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_c
 
 
 def pods_query(owner: Owner, metric: str) -> str:
-    pods = f"{owner.name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+    pods = f"{owner.object_name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
     return f'sum({metric}{{namespace="{owner.namespace}",pod=~"{pods}"}}) or vector(0)'
 
 
@@ -59,7 +59,7 @@ def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str
     if a.minReplicas == 0:
         triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)
     spec: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": DEPLOYMENT.api_version, "kind": DEPLOYMENT.kind, "name": owner.name},
+        "scaleTargetRef": {"apiVersion": DEPLOYMENT.api_version, "kind": DEPLOYMENT.kind, "name": owner.object_name},
         "minReplicaCount": a.minReplicas,
         "maxReplicaCount": a.maxReplicas,
         "pollingInterval": a.pollingIntervalSeconds,

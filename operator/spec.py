@@ -239,6 +239,31 @@ class KVEventsSpec(KubeModel):
         return json.dumps({key: value for key, value in config.items() if value is not None})
 
 
+KV_TRANSFER_PORT = 5600
+
+
+class KVTransferSpec(KubeModel):
+    """Prefill/decode disaggregation's KV connector (--kv-transfer-config): a prefill pod holds a
+    prompt's blocks for a decode pod, which pulls them from its side channel (ZMQ over TCP)."""
+
+    kvRole: Literal["kv_both", "kv_producer", "kv_consumer"] = Field(
+        "kv_both", description="As vLLM's: every role both holds and pulls here."
+    )
+    port: int = Field(KV_TRANSFER_PORT, ge=1024, le=65535, description="The pods' side-channel port.")
+    holdTimeoutSeconds: float = Field(
+        480, gt=0, le=86400, description="How long a prefill's blocks wait for their decode pod before they go back."
+    )
+    pullTimeoutSeconds: float = Field(
+        30, gt=0, le=3600, description="How long a pull waits for the prefill pod before the prompt is computed here."
+    )
+
+    def flag_value(self) -> str:
+        """The JSON `argosy serve --kv-transfer-config` takes; the pod's address from $(POD_IP)."""
+        extra = {"side_channel_host": "$(POD_IP)", "side_channel_port": self.port,
+                 "hold_timeout": self.holdTimeoutSeconds, "pull_timeout": self.pullTimeoutSeconds}  # fmt: skip
+        return json.dumps({"kv_connector": "ZmqConnector", "kv_role": self.kvRole, "kv_connector_extra_config": extra})
+
+
 class EngineSpec(KubeModel):
     """Settings of `argosy serve`; names and defaults are the server's (vLLM's names)."""
 
@@ -257,6 +282,11 @@ class EngineSpec(KubeModel):
                 "spec.engine.hashSeed is needed with prefixCachingHashAlgo sha256_cbor: unseeded, each pod hashes "
                 "blocks its own way and no router or scorer can match them",
                 ".hashSeed",
+            ),
+            cel(
+                "double(self.swapSpace) == 0.0 || !has(self.kvTransferConfig)",
+                "spec.engine.swapSpace and spec.engine.kvTransferConfig each take the pod's one KV connector: give one",
+                ".kvTransferConfig",
             ),
             cel(
                 "double(self.swapSpace) == 0.0 || self.enablePrefixCaching",
@@ -412,6 +442,13 @@ class EngineSpec(KubeModel):
         description=(
             "Publish the KV cache's block events (--kv-events-config); default: off, or on at port 5557 when "
             "spec.routing.router's policy is kv_aware."
+        ),
+    )
+    kvTransferConfig: KVTransferSpec | None = serve_setting(
+        "kv_transfer_config",
+        description=(
+            "Hand prompts' KV blocks between pods (--kv-transfer-config); default: off, or on for both roles of "
+            "spec.disaggregation."
         ),
     )
     apiKeySecretRef: SecretKeyRef | None = Field(
@@ -614,6 +651,38 @@ class AutoscalingSpec(KubeModel):
     )
 
 
+class RoleEngineSpec(KubeModel):
+    """Engine settings one role of spec.disaggregation sets apart from spec.engine (the rest are spec.engine's)."""
+
+    maxNumSeqs: int | None = Field(None, ge=1, le=4096, description="Sequences in a step on this role's pods.")
+    maxNumBatchedTokens: int | None = Field(None, ge=1, description="Tokens in a step on this role's pods.")
+    enableChunkedPrefill: bool | None = Field(None, description="Whether this role's prompts are split across steps.")
+    gpuMemoryUtilization: float | None = Field(None, gt=0, le=1, description="GPU memory this role's server may use.")
+    kvCacheMemory: int | None = Field(None, ge=1, description="KV-cache bytes on this role's CPU nodes.")
+
+
+class RoleSpec(KubeModel):
+    """One role's pods: a Deployment `<name>-<role>` of its own, labelled argosy.dev/role."""
+
+    replicas: int = Field(1, ge=0, description="Replicas when this role's autoscaling is off.")
+    resources: ResourceRequirements | None = Field(None, description="This role's container; default: spec.resources.")
+    engine: RoleEngineSpec = Field(default_factory=RoleEngineSpec)
+    autoscaling: AutoscalingSpec | None = Field(None, description="KEDA on this role's own waiting queue.")
+
+
+ROLES = ("prefill", "decode")
+
+
+class DisaggregationSpec(KubeModel):
+    """Prefill/decode disaggregation: prompts are prefilled on the prefill pods and decoded on the decode
+    pods, which pull the prompts' KV blocks from them; the router of spec.routing.router, in its P/D mode,
+    sends each request's two legs. A long prompt then never stalls the streams being decoded."""
+
+    prefill: RoleSpec = Field(default_factory=RoleSpec)
+    decode: RoleSpec = Field(default_factory=RoleSpec)
+    kvTransferConfig: KVTransferSpec = Field(default_factory=KVTransferSpec)
+
+
 class DisruptionBudgetSpec(KubeModel):
     """The PodDisruptionBudget of the pods."""
 
@@ -664,6 +733,22 @@ class InferenceServiceSpec(KubeModel):
                 ".adapters",
             ),
             cel(
+                "!has(self.disaggregation) || (has(self.routing) && has(self.routing.router))",
+                "spec.disaggregation needs spec.routing.router: the router sends each request's two legs",
+                ".disaggregation",
+            ),
+            cel(
+                "!has(self.disaggregation) || !has(self.autoscaling)",
+                "spec.autoscaling scales one Deployment: with spec.disaggregation, autoscale each role in "
+                "spec.disaggregation.prefill.autoscaling and spec.disaggregation.decode.autoscaling",
+                ".autoscaling",
+            ),
+            cel(
+                f"!has(self.disaggregation) || {_TP} == 1",
+                "spec.disaggregation hands blocks between single-rank pods: spec.engine.tensorParallelSize must be 1",
+                ".disaggregation",
+            ),
+            cel(
                 f"!has(self.resources) || !has(self.resources.limits) || !('nvidia.com/gpu' in self.resources.limits)"
                 f" || {_TP} == int(string(self.resources.limits['nvidia.com/gpu']))",
                 "spec.resources.limits['nvidia.com/gpu'] must equal spec.engine.tensorParallelSize: each rank takes "
@@ -686,7 +771,24 @@ class InferenceServiceSpec(KubeModel):
     replicas: int = Field(1, ge=0, description="Replicas when autoscaling is off (also set by `kubectl scale`).")
     autoscaling: AutoscalingSpec | None = None
     routing: RoutingSpec | None = None
+    disaggregation: DisaggregationSpec | None = None
     lora: LoRASpec | None = None
+
+    def role(self, role: str) -> InferenceServiceSpec:
+        """The spec of one role's pods under spec.disaggregation: its replicas, resources, engine settings and
+        autoscaling over the service's, with the KV connector on."""
+        part: RoleSpec = getattr(self.disaggregation, role)
+        overrides = part.engine.model_dump(exclude_none=True)
+        engine = self.engine.model_copy(update={**overrides, "kvTransferConfig": self.disaggregation.kvTransferConfig})
+        return self.model_copy(
+            update={
+                "replicas": part.replicas,
+                "resources": part.resources or self.resources,
+                "engine": engine,
+                "autoscaling": part.autoscaling,
+                "disaggregation": None,
+            }
+        )
 
     @property
     def kv_events(self) -> KVEventsSpec | None:

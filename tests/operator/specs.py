@@ -148,6 +148,20 @@ SPECS = {
         },
     },
     "router-kv-aware": {"model": MODEL, "routing": {"router": {}}, "autoscaling": AUTOSCALING},
+    "disaggregated": {  # two prefill pods and four decode pods behind the router's P/D mode
+        "model": MODEL,
+        "routing": {"router": {"policy": "round_robin"}},
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "disaggregation": {
+            "prefill": {"replicas": 2, "engine": {"maxNumSeqs": 16, "maxNumBatchedTokens": 16384}},
+            "decode": {
+                "engine": {"maxNumSeqs": 512},
+                "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "64Gi"}},
+                "autoscaling": {**AUTOSCALING, "minReplicas": 4},
+            },
+            "kvTransferConfig": {"port": 5700, "holdTimeoutSeconds": 60},
+        },
+    },
     "router-model-cache": {  # the router tokenizes from the node's copy of the model
         "model": {"name": "llama-3-8b", "cacheRef": {"name": "llama-3-8b"}},
         "routing": {"router": {"policy": "cache_aware", "replicas": 2, "image": "registry.example.com/router:1"}},

@@ -150,6 +150,15 @@ BAD = [
         "spec.engine.swapSpace", "enablePrefixCaching"]),
     (with_("engine", {"swapSpace": 4, "speculativeConfig": {"method": "draft_model", "numSpeculativeTokens": 4,
                                                             "model": "d"}}), ["spec.engine.swapSpace", "draft model"]),
+    (with_("engine", {"swapSpace": 4, "kvTransferConfig": {}}), ["spec.engine.kvTransferConfig", "give one"]),
+    ({"model": MODEL, "disaggregation": {}}, ["spec.disaggregation", "needs spec.routing.router"]),
+    (with_("disaggregation", {}) | {"routing": {"router": {}}}, ["spec.autoscaling", "autoscale each role"]),
+    ({"model": MODEL, "routing": {"router": {}}, "disaggregation": {}, "engine": {"tensorParallelSize": 2}}, [
+        "spec.disaggregation", "tensorParallelSize must be 1"]),
+    ({"model": MODEL, "routing": {"router": {}}, "disaggregation": {"decode": {"replicas": -1}}}, [
+        "spec.disaggregation.decode.replicas", "minimum"]),
+    ({"model": MODEL, "routing": {"router": {}}, "disaggregation": {"kvTransferConfig": {"holdTimeoutSeconds": 0}}}, [
+        "spec.disaggregation.kvTransferConfig.holdTimeoutSeconds"]),
 ]  # fmt: skip
 
 
@@ -177,10 +186,14 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    assert len(rules) == 21  # tensor parallelism serves LoRA and draft models: no rule refuses them
+    # (each role of spec.disaggregation has its own autoscaling rule: 28). Tensor parallelism serves LoRA and
+    # draft models: no rule refuses them.
+    assert len(rules) == 28
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
-    rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1]
+    long_name = resource({"model": MODEL, "routing": {"router": {}}, "disaggregation": {}})
+    long_name["metadata"]["name"] = "a" * 39  # its roles' Deployments would be too long to name their pods
+    rejections = [e for spec, _ in BAD for e in admit(resource(spec))[1]] + admit(bad_name)[1] + admit(long_name)[1]
     for message in rules:
         assert any(message in e for e in rejections), message
 
