@@ -78,14 +78,15 @@ def run_server(checkpoint, **settings) -> Iterator[RunningServer]:
     engine_settings.setdefault("dtype", "float32")
     engine_settings.setdefault("kv_cache_memory", 8 << 20)
     engine = EngineConfig(model=str(checkpoint) if checkpoint else None, **engine_settings)
-    config = ServerConfig(engine=engine, port=free_port(), **settings)
+    settings.setdefault("port", free_port())
+    config = ServerConfig(engine=engine, **settings)
     app = build_app(config)
     state: ServerState = app.state.argosy
     server = DrainingServer(uvicorn_config(app, config), state)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     scheme = "https" if config.ssl_certfile else "http"
-    url = f"{scheme}://127.0.0.1:{config.port}"
+    url = f"{scheme}://{config.host}:{config.port}"
     try:
         healthy = lambda: httpx.get(f"{url}/health", verify=False).status_code == 200  # noqa: E731
         wait_until(healthy, 60, "the server to become healthy")
