@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shutil
 import statistics
@@ -32,13 +31,13 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 
 import httpx
 from machine import cpu_line
 from prometheus_client.parser import text_string_to_metric_families
-from servers import free_port
+from servers import free_port, start, stop, wait_healthy
+from streams import stream
 
 MODEL = "fleet"
 WORDS = [
@@ -154,32 +153,6 @@ def serve_command(replica: Replica, cache_bytes: int, swap_gib: float) -> list[s
     return command + (["--swap-space", str(swap_gib)] if swap_gib else [])
 
 
-def start(command: list[str], log: Path) -> subprocess.Popen:
-    # One thread each: the replicas share the machine's cores, as pods share nothing but the network.
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(command, stdout=log.open("a"), stderr=subprocess.STDOUT, env=env)
-
-
-def wait_healthy(url: str, process: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{url} did not come up (exit {process.poll()})")
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-
-
-def stop(process: subprocess.Popen | None) -> None:
-    if process is not None and process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
 def router_command(port: int, policy: str, replicas: list[Replica]) -> list[str]:
     return [shutil.which("vllm-router"), "--host", "127.0.0.1", "--port", str(port), "--policy", policy,
             "--worker-urls", *(r.url for r in replicas), "--prometheus-port", str(free_port()),
@@ -199,30 +172,15 @@ def scrape(url: str) -> dict[str, float]:
 
 
 async def chat(client: httpx.AsyncClient, url: str, messages: list[dict], max_tokens: int, result: Result) -> str:
-    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "stream": True}  # fmt: skip
-    sent, times, pieces = time.perf_counter(), [], []
-    try:
-        async with client.stream("POST", f"{url}/v1/chat/completions", json=body) as response:
-            if response.status_code != 200:
-                await response.aread()
-                result.errors += 1
-                return ""
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                delta = json.loads(line[6:])["choices"][0]["delta"].get("content")
-                if delta:
-                    times.append(time.perf_counter())
-                    pieces.append(delta)
-    except httpx.HTTPError:
+    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
+    timing = await stream(client, f"{url}/v1/chat/completions", body)
+    if timing is None:
         result.errors += 1
         return ""
-    if times:
-        result.ttft.append(times[0] - sent)
-        result.itl.extend(b - a for a, b in pairwise(times))
-        result.tokens += len(times)
-    return "".join(pieces)
+    result.ttft.append(timing.ttft)
+    result.itl.extend(timing.itl)
+    result.tokens += len(timing.itl) + 1
+    return timing.text
 
 
 async def client_loop(index: int, urls: list[str], prompts: list[str], args, result: Result, done: list[int]) -> None:

@@ -25,6 +25,8 @@ class KVTransferParams(msgspec.Struct, array_like=True, frozen=True, omit_defaul
     remote_block_ids: list[int] | None = None  # the prompt's full blocks on the prefill side, in order
     remote_request_id: str | None = None  # the prefill leg's request id there: what the blocks are held for
     tp_size: int = 1
+    hold_deadline: float | None = None  # when the hold ends, on the prefill host's monotonic clock
+    hold_token: str | None = None  # the prefill engine's signature of the hold (hold_token.py)
 
     @classmethod
     def parse(cls, value: Any) -> KVTransferParams | None:
@@ -57,7 +59,11 @@ class KVTransferParams(msgspec.Struct, array_like=True, frozen=True, omit_defaul
         if tp_size != 1:
             name = f"{FIELD}.tp_size"
             raise InvalidRequestError(f"{name}: blocks are pulled from one rank only; got {tp_size!r}", param=name)
-        return cls(False, True, engine, host, port, blocks, request_id)
+        deadline, token = value.get("hold_deadline"), _text(value, "hold_token")
+        if isinstance(deadline, bool) or not isinstance(deadline, int | float):
+            name = f"{FIELD}.hold_deadline"
+            raise InvalidRequestError(f"{name} must be the hold's deadline, as the prefill answer gave it", param=name)
+        return cls(False, True, engine, host, port, blocks, request_id, 1, float(deadline), token)
 
     def answer(self) -> dict[str, Any]:
         """The params as vLLM's responses carry them (every field present)."""

@@ -15,24 +15,23 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from argosy.server.kv_connector.output import KVConnectorOutput
+from argosy.server.kv_transfer.hold_token import sign
 from argosy.server.kv_transfer.params import KVTransferParams
+from argosy.server.kv_transfer.wire import PullRequest
 
 if TYPE_CHECKING:
     from argosy.server.engine.sequence import Sequence
 
 
 class Pull(msgspec.Struct, array_like=True, frozen=True):
-    seq_id: int
+    seq_id: int  # -1: nothing wanted, the hold is only let go
     address: str  # the prefill side channel, tcp://host:port
-    engine_id: str
-    request_id: str  # the prefill request the blocks are held for
-    remote_block_ids: list[int]
+    request: PullRequest  # without the puller's layout: its worker adds it
     local_block_ids: list[int]
 
 
 class TransferMeta(msgspec.Struct, tag="kv_transfer", array_like=True):
-    holds: list[tuple[str, list[int]]] = []  # (request id, blocks) now held for a decode side
-    releases: list[str] = []  # holds that ended: never served from now on
+    releases: list[tuple[str, float]] = []  # (request id, deadline) of holds that ended: never served from now on
     pulls: list[Pull] = []
     cancels: list[int] = []  # sequences that left while pulling: what arrives for them is dropped
 
@@ -49,11 +48,13 @@ class TransferStats:
 
 
 class SideChannelAddress(msgspec.Struct, array_like=True, frozen=True):
-    """Where a prefill replica's blocks are pulled from, as its worker half bound it."""
+    """Where a prefill replica's blocks are pulled from, as its worker half bound it, and the secret
+    its holds are signed with."""
 
     engine_id: str
     host: str
     port: int
+    secret: bytes
 
 
 class TransferScheduler:
@@ -77,16 +78,17 @@ class TransferScheduler:
         if params is None or not params.do_remote_prefill or seq.request.request_id in self._pulled:
             return 0
         prompt_blocks = (len(seq.request.prompt_token_ids) - 1) // self.block_size  # one token left to compute
-        return max(0, min(len(params.remote_block_ids), prompt_blocks) - num_computed_blocks) * self.block_size
+        count = max(0, min(len(params.remote_block_ids), prompt_blocks) - num_computed_blocks)
+        if not count:  # all cached here already: the prefill side is told to let its hold go
+            self._meta.pulls.append(Pull(-1, _address(params), _pull_request(params, []), []))
+            self._pulled.add(seq.request.request_id)
+        return count * self.block_size
 
     def update_state_after_alloc(self, seq: Sequence, block_ids: list[int]) -> None:
         params, request_id = seq.request.options.kv_transfer, seq.request.request_id
         first = len(seq.block_table) - len(block_ids)
-        address = f"tcp://{params.remote_host}:{params.remote_port}"
-        remote = params.remote_block_ids[first : first + len(block_ids)]
-        self._meta.pulls.append(
-            Pull(seq.seq_id, address, params.remote_engine_id, params.remote_request_id, remote, block_ids)
-        )
+        wanted = params.remote_block_ids[first : first + len(block_ids)]
+        self._meta.pulls.append(Pull(seq.seq_id, _address(params), _pull_request(params, wanted), block_ids))
         self._pulling[seq.seq_id] = request_id
         self._pulled.add(request_id)
 
@@ -104,7 +106,6 @@ class TransferScheduler:
             return []
         blocks = seq.block_table[: len(request.prompt_token_ids) // self.block_size]
         self._holds[request.request_id] = (blocks, time.monotonic() + self.hold_timeout)
-        self._meta.holds.append((request.request_id, blocks))
         return blocks
 
     def transfer_params(self, seq: Sequence) -> KVTransferParams | None:
@@ -112,8 +113,9 @@ class TransferScheduler:
         request_id = seq.request.request_id
         if request_id not in self._holds:
             return None
-        a = self.address
-        return KVTransferParams(False, True, a.engine_id, a.host, a.port, self._holds[request_id][0], request_id)
+        a, (blocks, deadline) = self.address, self._holds[request_id]
+        token = sign(a.secret, request_id, blocks, deadline)
+        return KVTransferParams(False, True, a.engine_id, a.host, a.port, blocks, request_id, 1, deadline, token)
 
     def build_connector_meta(self) -> TransferMeta | None:
         now = time.monotonic()
@@ -121,7 +123,7 @@ class TransferScheduler:
             self._release(request_id)
             self.stats.holds_expired += 1
         meta, self._meta = self._meta, TransferMeta()
-        return meta if meta.holds or meta.releases or meta.pulls or meta.cancels else None
+        return meta if meta.releases or meta.pulls or meta.cancels else None
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
         for request_id in output.finished_sends:
@@ -160,6 +162,18 @@ class TransferScheduler:
         pass  # nothing cached of its own: a reset waits while any block is held
 
     def _release(self, request_id: str) -> None:
-        blocks, _ = self._holds.pop(request_id)
+        blocks, deadline = self._holds.pop(request_id)
         self._released += blocks
-        self._meta.releases.append(request_id)
+        self._meta.releases.append((request_id, deadline))
+
+
+def _address(params: KVTransferParams) -> str:
+    return f"tcp://{params.remote_host}:{params.remote_port}"
+
+
+def _pull_request(params: KVTransferParams, wanted: list[int]) -> PullRequest:
+    """The pull of `wanted` of the blocks `params` say are held, its layout left for the worker to fill in."""
+    held, deadline = params.remote_block_ids, params.hold_deadline
+    return PullRequest(
+        params.remote_engine_id, params.remote_request_id, held, deadline, params.hold_token, wanted, None
+    )

@@ -11,6 +11,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import msgspec
 import torch
 import zmq
 
@@ -18,7 +19,6 @@ from argosy.server.kv_connector.output import KVConnectorOutput
 from argosy.server.kv_transfer.pull import PullFailed, PullRefused, layout_of, pull_blocks
 from argosy.server.kv_transfer.side_channel import SideChannel
 from argosy.server.kv_transfer.transfer_scheduler import Pull, SideChannelAddress, TransferMeta
-from argosy.server.kv_transfer.wire import PullRequest
 
 log = logging.getLogger("argosy.kv_transfer")
 MAX_CONCURRENT_PULLS = 4
@@ -46,7 +46,8 @@ class TransferWorker:
 
     @property
     def address(self) -> SideChannelAddress:
-        return SideChannelAddress(self.engine_id, self.side_channel.host, self.side_channel.port)
+        channel = self.side_channel
+        return SideChannelAddress(self.engine_id, channel.host, channel.port, channel.secret)
 
     def start(self, kv_cache: torch.Tensor, meta: TransferMeta | None) -> None:
         self._kv_cache = self.side_channel.kv_cache = kv_cache
@@ -54,11 +55,11 @@ class TransferWorker:
             return
         for seq_id in meta.cancels:
             self._pulls.pop(seq_id, None)  # its future runs on; what it brings is dropped
-        self.side_channel.release(meta.releases)
-        for request_id, block_ids in meta.holds:
-            self.side_channel.hold(request_id, block_ids)
+        self.side_channel.revoke(meta.releases)
         for pull in meta.pulls:
-            self._pulls[pull.seq_id] = (pull, self._pool.submit(self._pull, pull))
+            future = self._pool.submit(self._pull, pull)
+            if pull.local_block_ids:  # else it only lets the prefill side's hold go: nothing waits for it
+                self._pulls[pull.seq_id] = (pull, future)
 
     def finished(self) -> KVConnectorOutput:
         out = KVConnectorOutput(finished_sends=self.side_channel.take_sent())
@@ -93,6 +94,6 @@ class TransferWorker:
 
     def _pull(self, pull: Pull) -> tuple[torch.Tensor, float]:
         started = time.monotonic()
-        request = PullRequest(pull.engine_id, pull.request_id, pull.remote_block_ids, self.layout)
+        request = msgspec.structs.replace(pull.request, layout=self.layout)
         blocks = pull_blocks(self._context, pull.address, request, self.dtype, self.pull_timeout)
         return blocks, time.monotonic() - started

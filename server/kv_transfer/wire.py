@@ -1,7 +1,8 @@
 """The messages between a decode replica's worker and a prefill replica's side channel (msgspec
-over ZMQ). A pull names the engine and the request the blocks are held for, the blocks, and the
-puller's block layout; the reply is refused (why, in words) or carries the blocks' bytes in the
-frame after it, [blocks, layers, 2, block_size, kv_heads, head_dim] as the layout says."""
+over ZMQ). A pull names the engine and the request the blocks are held for, with the hold's token,
+the blocks wanted, and the puller's block layout; the reply is refused (why, in words) or carries
+the blocks' bytes in the frame after it, [blocks, layers, 2, block_size, kv_heads, head_dim] as the
+layout says."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ class KVLayout(msgspec.Struct, array_like=True, frozen=True):
 class PullRequest(msgspec.Struct, array_like=True, frozen=True):
     engine_id: str
     request_id: str
-    block_ids: list[int]
-    layout: KVLayout
+    held: list[int]  # the blocks held for the request, as its token signs them
+    deadline: float  # when the hold ends (the host's monotonic clock), as signed
+    token: str
+    block_ids: list[int]  # those of them wanted (none: the hold is let go, nothing pulled)
+    layout: KVLayout | None = None  # the puller's (its worker fills it in)
 
 
 class PullReply(msgspec.Struct, array_like=True, frozen=True):

@@ -78,6 +78,8 @@ def test_a_streamed_chat_decode_leg_is_the_one_server_answer(pair):
             lambda p: {**p, "remote_block_ids": [b + 500 for b in p["remote_block_ids"]]}, id="blocks not held"
         ),
         pytest.param(lambda p: {**p, "remote_request_id": "cmpl-someone-else"}, id="another request"),
+        pytest.param(lambda p: {**p, "hold_token": "0" * 64}, id="a forged token"),
+        pytest.param(lambda p: {**p, "hold_deadline": p["hold_deadline"] + 3600}, id="a later deadline"),
     ],
 )
 def test_forged_params_are_a_400_and_read_nothing(pair, forge, request):
@@ -104,7 +106,7 @@ def test_blocks_never_pulled_go_back_after_the_hold_timeout_and_their_params_are
     assert metric(prefill, "argosy_kv_cache_usage_ratio") == used
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 2, "kv_transfer_params": params}
     answer = httpx.post(f"{decode}/v1/completions", json=body, timeout=60)
-    assert answer.status_code == 400 and "no blocks are held" in answer.json()["error"]["message"], answer.text
+    assert answer.status_code == 400 and "has expired" in answer.json()["error"]["message"], answer.text
 
 
 def test_a_pulled_hold_goes_back_at_once(pair):
@@ -163,3 +165,18 @@ def test_a_decode_side_of_another_layout_is_refused_naming_it(pair, llama_checkp
         answer = httpx.post(f"{other.url}/v1/completions", json={"model": MODEL, **body, "kv_transfer_params": params})
     assert answer.status_code == 400, answer.text
     assert "the KV layouts differ: dtype is float32 on the prefill side, bfloat16" in answer.json()["error"]["message"]
+
+
+def test_a_decode_side_holding_the_prompt_already_lets_the_hold_go_without_pulling(pair):
+    prefill, decode = (server.url for server in pair)
+    body = {"prompt": f"cached on both: {PROMPT}", "max_tokens": 4}
+    used, sent = (
+        metric(prefill, "argosy_kv_cache_usage_ratio"),
+        metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent"),
+    )
+    params = complete(prefill, **{**body, "max_tokens": 1, "kv_transfer_params": PREFILL_LEG})["kv_transfer_params"]
+    alone = complete(decode, **body)  # the decode side computes the prompt itself first: now cached there
+    again = complete(decode, **body, kv_transfer_params=params)
+    assert again["choices"][0]["text"] == alone["choices"][0]["text"]
+    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") == used, 10, "the hold to be let go")
+    assert metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent") == sent  # nothing was pulled
