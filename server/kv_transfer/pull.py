@@ -22,7 +22,7 @@ class PullFailed(Exception):
 def pull_blocks(
     context: zmq.Context, address: str, pull: PullRequest, dtype: torch.dtype, timeout: float
 ) -> torch.Tensor:
-    """[blocks, *block_shape] of `dtype`, on the host."""
+    """[layers, 2, blocks, block_size, kv_heads, head_dim] of `dtype`, on the host."""
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     try:
@@ -34,9 +34,13 @@ def pull_blocks(
         reply = decode_reply(header.bytes)
         if reply.error is not None:
             raise PullRefused(reply.error)
-        shape = (reply.num_blocks, *pull.layout.block_shape)
+        layers, kv, *block = pull.layout.block_shape
+        shape = (layers, kv, reply.num_blocks, *block)
         if len(rest) != 1 or reply.num_blocks != len(pull.block_ids):
             raise PullFailed(f"{address} answered {reply.num_blocks} blocks for {len(pull.block_ids)}")
+        if not reply.num_blocks:  # a hold let go, nothing pulled
+            return torch.empty(shape, dtype=dtype)
+        # A copy: the frame's memory is ZMQ's, gone with the socket.
         data = torch.frombuffer(bytearray(rest[0].buffer), dtype=dtype)
         if data.numel() != torch.Size(shape).numel():
             raise PullFailed(f"{address} sent {data.numel()} values for blocks of shape {list(shape)}")

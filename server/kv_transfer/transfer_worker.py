@@ -77,7 +77,7 @@ class TransferWorker:
                 out.pulls_failed += 1
                 continue
             index = torch.tensor(pull.local_block_ids, device=self.device)
-            self._kv_cache.index_copy_(2, index, blocks.to(self.device).movedim(0, 2))
+            self._kv_cache.index_copy_(2, index, blocks.to(self.device))
             out.finished_loads.append(seq_id)
             out.blocks_pulled += len(pull.local_block_ids)
             out.bytes_moved += blocks.nbytes

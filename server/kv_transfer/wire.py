@@ -1,8 +1,8 @@
 """The messages between a decode replica's worker and a prefill replica's side channel (msgspec
 over ZMQ). A pull names the engine and the request the blocks are held for, with the hold's token,
 the blocks wanted, and the puller's block layout; the reply is refused (why, in words) or carries
-the blocks' bytes in the frame after it, [blocks, layers, 2, block_size, kv_heads, head_dim] as the
-layout says."""
+the blocks' bytes in the frame after it, [layers, 2, blocks, block_size, kv_heads, head_dim] (the
+cache's own order) as the layout says."""
 
 from __future__ import annotations
 
