@@ -89,8 +89,9 @@ class ConnectorWorker(Protocol):
         """Starts the step's saves, then its loads, before the forward pass."""
         ...
 
-    def finished(self) -> KVConnectorOutput:
-        """What finished (or failed) since the last report."""
+    def finished(self, wait: float = 0.0) -> KVConnectorOutput:
+        """What finished (or failed) since the last report, waiting up to `wait` seconds for a transfer
+        in flight when none has (a step with nothing to compute: the engine would only spin)."""
         ...
 
     address: SideChannelAddress | None  # where other replicas pull its blocks from (None: nowhere)

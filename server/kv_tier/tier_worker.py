@@ -26,6 +26,6 @@ class HostTierWorker:
         self.cache.copy(kv_cache, meta.stores, meta.loads)
         self._finished += meta.load_seqs
 
-    def finished(self) -> KVConnectorOutput:
+    def finished(self, wait: float = 0.0) -> KVConnectorOutput:  # its loads are done in their step
         done, self._finished = self._finished, []
         return KVConnectorOutput(done)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import msgspec
@@ -61,7 +62,10 @@ class TransferWorker:
             if pull.local_block_ids:  # else it only lets the prefill side's hold go: nothing waits for it
                 self._pulls[pull.seq_id] = (pull, future)
 
-    def finished(self) -> KVConnectorOutput:
+    def finished(self, wait: float = 0.0) -> KVConnectorOutput:
+        pending = [future for _, future in self._pulls.values()]
+        if wait and pending and not any(future.done() for future in pending):
+            futures.wait(pending, wait, return_when=futures.FIRST_COMPLETED)
         out = KVConnectorOutput(finished_sends=self.side_channel.take_sent())
         for seq_id in [s for s, (_, future) in self._pulls.items() if future.done()]:
             pull, future = self._pulls.pop(seq_id)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from argosy.kernels.triton_variants import CompiledVariants
 
 log = logging.getLogger("argosy.engine")
-GRAMMAR_WAIT_SECONDS = 0.01  # how long a step with nothing to compute waits for a grammar's compile
+IDLE_STEP_WAIT_SECONDS = 0.01  # how long a step with nothing to compute waits for a grammar's compile or a KV pull
 
 
 class Worker:
@@ -138,10 +138,10 @@ class Worker:
         if ran is not None and plan.samples:
             chunks, logits = ran
             result = self.sample(plan, chunks, logits, self.states, self.draft)
-        wait = GRAMMAR_WAIT_SECONDS if not plan.chunks and not plan.new_sequences else 0.0
+        wait = IDLE_STEP_WAIT_SECONDS if not plan.chunks and not plan.new_sequences else 0.0
         result.grammars_ready, result.grammar_errors = self.grammars.finished(wait)
         if self.kv_connector is not None:
-            result.kv_connector = self.kv_connector.finished()
+            result.kv_connector = self.kv_connector.finished(wait)
         return result
 
     def _forward(self, plan: StepPlan) -> tuple[list[SequenceChunk], torch.Tensor] | None:
