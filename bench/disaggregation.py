@@ -3,7 +3,7 @@ replicas and against one prefill plus one decode replica, each fleet behind the 
 (round robin; its P/D mode for the second), all on the embedded default model.
 
     python bench/disaggregation.py [--setups aggregated chunked disaggregated] [--chat-clients 4]
-                                   [--chats 20] [--long-words 1000] [--long-every 6]
+                                   [--chats 20] [--long-words 2500] [--long-every 10]
                                    [--plot docs/assets/disaggregation.png]
 
 The load: --chat-clients clients each sending --chats short chats in turn (a question of about
@@ -251,8 +251,8 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20, help="per chat client")
     parser.add_argument("--chat-words", type=int, default=30)
     parser.add_argument("--chat-tokens", type=int, default=32)
-    parser.add_argument("--long-words", type=int, default=1000)
-    parser.add_argument("--long-every", type=float, default=6.0, help="seconds between long prompts")
+    parser.add_argument("--long-words", type=int, default=2500)
+    parser.add_argument("--long-every", type=float, default=10.0, help="seconds between long prompts")
     parser.add_argument("--long-tokens", type=int, default=8)
     parser.add_argument("--logs", type=Path, default=Path("/tmp/argosy-disaggregation"))
     parser.add_argument("--plot", type=Path)

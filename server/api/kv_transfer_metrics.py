@@ -14,7 +14,7 @@ DOCS = {
     "blocks_pulled": ("argosy_kv_transfer_blocks", "KV blocks moved between replicas", {"direction": "pulled"}),
     "blocks_sent": ("argosy_kv_transfer_blocks", "KV blocks moved between replicas", {"direction": "sent"}),
     "bytes_moved": ("argosy_kv_transfer_bytes", "Bytes of KV blocks moved between replicas, in and out", {}),
-    "seconds": ("argosy_kv_transfer_seconds", "Wall time of the pulls, from request to blocks in place", {}),
+    "seconds": ("argosy_kv_transfer_seconds", "Wall time of the pulls, from request to blocks received", {}),
     "holds_expired": ("argosy_kv_transfer_holds_expired", "Prefills whose blocks were let go unpulled", {}),
     "pulls_failed": ("argosy_kv_transfer_pulls_failed", "Pulls that got no answer: the prompt computed here", {}),
     "pulls_refused": ("argosy_kv_transfer_pulls_refused", "Pulls refused (forged or stale params): a 400", {}),
