@@ -98,7 +98,7 @@ class EngineConfig:
         None,
         'a KV connector, as JSON in vLLM\'s shape: {"kv_connector": NAME, "kv_role": "kv_both", '
         '"kv_connector_extra_config": {...}, "kv_connector_module_path": MODULE} (LLM(kv_transfer_config=) takes '
-        'the dict too); built in: ZmqConnector (prefill/decode disaggregation, the default when only kv_role is '
+        "the dict too); built in: ZmqConnector (prefill/decode disaggregation, the default when only kv_role is "
         'given: {"side_channel_host", "side_channel_port": 5600, "hold_timeout": 480, "pull_timeout": 30}) and '
         'HostTierConnector ({"swap_space": GiB}, what --swap-space sets)',
     )
