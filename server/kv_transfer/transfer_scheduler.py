@@ -98,14 +98,16 @@ class TransferScheduler:
     def request_finished(self, seq: Sequence) -> list[int]:
         """A prefill request that finished on its own keeps its prompt's full blocks for the decode side."""
         request = seq.request
-        self._pulled.discard(request.request_id)
+        if seq.finish_reason is not None:  # it left (a preempted one comes back, and must not pull twice)
+            self._pulled.discard(request.request_id)
         if self._pulling.pop(seq.seq_id, None) is not None:
             self._meta.cancels.append(seq.seq_id)
         params = request.options.kv_transfer
         if params is None or not params.do_remote_decode or seq.finish_reason not in ("stop", "length"):
             return []
         blocks = seq.block_table[: len(request.prompt_token_ids) // self.block_size]
-        self._holds[request.request_id] = (blocks, time.monotonic() + self.hold_timeout)
+        if blocks:  # a prompt shorter than a block leaves nothing to pull: the answer names no hold
+            self._holds[request.request_id] = (blocks, time.monotonic() + self.hold_timeout)
         return blocks
 
     def transfer_params(self, seq: Sequence) -> KVTransferParams | None:
