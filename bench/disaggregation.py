@@ -12,10 +12,11 @@ The load: --chat-clients clients each sending --chats short chats in turn (a que
 --long-every seconds, whatever is in flight (as a fleet's documents do), until the chats are done.
 `aggregated` runs the servers' defaults (a prompt's prefill in chunks of up to 2048 tokens),
 `chunked` the same fleet with 256-token chunks (the aggregated fleet's own remedy),
-`disaggregated` the P/D pair with the ZmqConnector. Reported: the chats' ITL p50, p99 and max and
-TTFT p50 and p99, the long prompts' TTFT, output tokens/s, errors; for the P/D pair, the KV moved
-under the load (from the decode replica's /metrics) and, for one long prompt alone afterwards,
-the pull's time and GB/s beside a plain socket copy of the same bytes between two processes."""
+`disaggregated` the P/D pair with the ZmqConnector, `disaggregated-nixl` with the NixlConnector.
+Reported: the chats' ITL p50, p99 and max and TTFT p50 and p99, the long prompts' TTFT, output
+tokens/s, errors; for a P/D pair, the KV moved under the load (from the decode replica's
+/metrics) and, for one long prompt alone afterwards, the pull's time and GB/s beside a plain
+socket copy of the same bytes between two processes."""
 
 from __future__ import annotations
 
@@ -62,14 +63,18 @@ def words(rng: random.Random, count: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(count))
 
 
-def serve_command(port: int, chunk: int | None, transfer: bool) -> list[str]:
+def serve_command(port: int, chunk: int | None, transfer: str | None) -> list[str]:
     command = [sys.executable, "-P", "-m", "argosy.cli", "serve", "--port", str(port), "--served-model-name", MODEL,
                "--kv-cache-memory", str(512 << 20), "--log-format", "json"]  # fmt: skip
     if chunk is not None:
         command += ["--max-num-batched-tokens", str(chunk)]
-    if transfer:
-        extra = {"side_channel_port": free_port()}
-        command += ["--kv-transfer-config", json.dumps({"kv_role": "kv_both", "kv_connector_extra_config": extra})]
+    if transfer is not None:
+        config = {
+            "kv_connector": transfer,
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"side_channel_port": free_port()},
+        }
+        command += ["--kv-transfer-config", json.dumps(config)]
     return command
 
 
@@ -141,11 +146,12 @@ def transfer_counters(url: str) -> dict[str, float]:
 
 
 def run_setup(setup: str, args) -> Run:
-    disaggregated = setup == "disaggregated"
+    disaggregated = setup.startswith("disaggregated")
     chunk = 256 if setup == "chunked" else None
+    transfer = ("NixlConnector" if setup.endswith("nixl") else "ZmqConnector") if disaggregated else None
     ports = [free_port(), free_port()]
     log = args.logs / f"{setup}.log"
-    processes = [start(serve_command(port, chunk, disaggregated), log) for port in ports]
+    processes = [start(serve_command(port, chunk, transfer), log) for port in ports]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     router = None
     try:
@@ -206,6 +212,22 @@ def socket_copy_seconds(size: int) -> float:
     return seconds
 
 
+def report_transfer(pd: Run) -> None:
+    """What the P/D pair moved under the load, and one long prompt's pull alone beside a socket copy."""
+    moved = pd.moved
+    if not moved["seconds"]:
+        return
+    print(f"{pd.setup}: KV pulled under the load: {moved['blocks']:.0f} blocks, {moved['bytes'] / 1e6:.1f} MB in "
+          f"{moved['seconds']:.2f} s of pulls ({moved['bytes'] / moved['seconds'] / 1e9:.2f} GB/s)")  # fmt: skip
+    best = min(pd.idle, key=lambda m: m["seconds"] / m["bytes"])
+    size = int(best["bytes"])
+    copy = min(socket_copy_seconds(size) for _ in range(3))
+    pulled = f"{1000 * best['seconds']:.1f} ms ({size / best['seconds'] / 1e9:.2f} GB/s)"
+    copied = f"{1000 * copy:.1f} ms ({size / copy / 1e9:.2f} GB/s, best of 3)"
+    print(f"{pd.setup}: one long prompt's pull alone (best of 3): {best['blocks']:.0f} blocks, {size / 1e6:.1f} MB "
+          f"in {pulled}; a plain socket copy of the same bytes between two processes: {copied}")  # fmt: skip
+
+
 def pct(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else float("nan")
 
@@ -237,7 +259,7 @@ def plot(runs: list[Run], path: Path) -> None:
               "long TTFT p50": lambda r: statistics.median(r.long_ttft)}  # fmt: skip
     fig, axes = plt.subplots(1, len(series), figsize=(14, 3.5))
     for axis, (label, value) in zip(axes, series.items()):
-        axis.bar([r.setup for r in runs], [1000 * value(r) for r in runs], color=["C0", "C1", "C2"][: len(runs)])
+        axis.bar([r.setup for r in runs], [1000 * value(r) for r in runs], color=[f"C{i}" for i in range(len(runs))])
         axis.set_title(f"{label} (ms)")
         axis.tick_params(axis="x", labelrotation=20)
     fig.tight_layout()
@@ -246,7 +268,8 @@ def plot(runs: list[Run], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--setups", nargs="+", default=["aggregated", "chunked", "disaggregated"])
+    parser.add_argument("--setups", nargs="+", default=["aggregated", "chunked", "disaggregated"],
+                        help="also: disaggregated-nixl (the pair with NixlConnector)")  # fmt: skip
     parser.add_argument("--chat-clients", type=int, default=4)
     parser.add_argument("--chats", type=int, default=20, help="per chat client")
     parser.add_argument("--chat-words", type=int, default=30)
@@ -265,23 +288,12 @@ def main() -> None:
     print(f"\nCPU: {cpu_line()}; two replicas per setup, {args.chat_clients} chat clients, one long-prompt client")
     print(table(runs))
     by = {r.setup: r for r in runs}
-    if "aggregated" in by and "disaggregated" in by:
+    for pd in (r for r in runs if r.setup.startswith("disaggregated")):
         for base in ("aggregated", "chunked"):
             if base in by:
-                ratio = pct(by["disaggregated"].chat_itl, 99) / pct(by[base].chat_itl, 99)
-                print(f"chat ITL p99, disaggregated over {base}: {ratio:.2f}x")
-    pd = by.get("disaggregated")
-    if pd is not None and pd.moved["seconds"]:
-        moved = pd.moved
-        print(f"KV pulled under the load: {moved['blocks']:.0f} blocks, {moved['bytes'] / 1e6:.1f} MB in "
-              f"{moved['seconds']:.2f} s of pulls ({moved['bytes'] / moved['seconds'] / 1e9:.2f} GB/s)")  # fmt: skip
-        best = min(pd.idle, key=lambda m: m["seconds"] / m["bytes"])
-        size = int(best["bytes"])
-        copy = min(socket_copy_seconds(size) for _ in range(3))
-        pulled = f"{1000 * best['seconds']:.1f} ms ({size / best['seconds'] / 1e9:.2f} GB/s)"
-        copied = f"{1000 * copy:.1f} ms ({size / copy / 1e9:.2f} GB/s, best of 3)"
-        print(f"One long prompt's pull alone (best of 3): {best['blocks']:.0f} blocks, {size / 1e6:.1f} MB in "
-              f"{pulled}; a plain socket copy of the same bytes between two processes: {copied}")  # fmt: skip
+                ratio = pct(pd.chat_itl, 99) / pct(by[base].chat_itl, 99)
+                print(f"chat ITL p99, {pd.setup} over {base}: {ratio:.2f}x")
+        report_transfer(pd)
     if args.plot is not None:
         plot(runs, args.plot)
 

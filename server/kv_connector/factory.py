@@ -13,6 +13,7 @@ from argosy.server.kv_connector.config import KVTransferConfig
 BUILT_IN = {
     "HostTierConnector": "argosy.server.kv_tier.host_connector",
     "ZmqConnector": "argosy.server.kv_transfer.connector",
+    "NixlConnector": "argosy.server.kv_transfer.connector",
 }
 
 

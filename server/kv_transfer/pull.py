@@ -5,10 +5,18 @@ connection lost, is the prefill side's, and the decode side computes the prompt 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import zmq
 
 from argosy.server.kv_transfer.wire import KVLayout, PullRequest, decode_reply, encode
+
+
+@dataclass(frozen=True)
+class NixlSource:
+    agent: bytes  # the prefill agent's metadata
+    descs: bytes  # the regions of the blocks pulled, in the pull's order
 
 
 class PullRefused(Exception):
@@ -21,8 +29,9 @@ class PullFailed(Exception):
 
 def pull_blocks(
     context: zmq.Context, address: str, pull: PullRequest, dtype: torch.dtype, timeout: float
-) -> torch.Tensor:
-    """[layers, 2, blocks, block_size, kv_heads, head_dim] of `dtype`, on the host."""
+) -> torch.Tensor | NixlSource:
+    """[layers, 2, blocks, block_size, kv_heads, head_dim] of `dtype`, on the host; with NIXL, where
+    to read them."""
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     try:
@@ -34,12 +43,16 @@ def pull_blocks(
         reply = decode_reply(header.bytes)
         if reply.error is not None:
             raise PullRefused(reply.error)
+        if reply.failure is not None:
+            raise PullFailed(reply.failure)
         layers, kv, *block = pull.layout.block_shape
         shape = (layers, kv, reply.num_blocks, *block)
         if len(rest) != 1 or reply.num_blocks != len(pull.block_ids):
             raise PullFailed(f"{address} answered {reply.num_blocks} blocks for {len(pull.block_ids)}")
         if not reply.num_blocks:  # a hold let go, nothing pulled
             return torch.empty(shape, dtype=dtype)
+        if pull.nixl:
+            return NixlSource(reply.nixl_agent, reply.nixl_descs)
         # A copy: the frame's memory is ZMQ's, gone with the socket.
         data = torch.frombuffer(bytearray(rest[0].buffer), dtype=dtype)
         if data.numel() != torch.Size(shape).numel():

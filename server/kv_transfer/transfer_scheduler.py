@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from argosy.server.engine.sequence import Sequence
 
 
+LENT_SECONDS = 480.0  # how long blocks lent to a NIXL read wait for it to say it is done (a reader gone)
+
+
 class Pull(msgspec.Struct, array_like=True, frozen=True):
     seq_id: int  # -1: nothing wanted, the hold is only let go
     address: str  # the prefill side channel, tcp://host:port
@@ -62,7 +65,8 @@ class TransferScheduler:
         self.address, self.block_size, self.hold_timeout = address, block_size, hold_timeout
         self.stats = TransferStats()
         self._holds: dict[str, tuple[list[int], float]] = {}  # request id -> (blocks, deadline)
-        self._pulling: dict[int, str] = {}  # seq id -> its request id
+        self._pulling: dict[int, tuple[str, list[int]]] = {}  # seq id -> its request id, the blocks it loads
+        self._quarantined: dict[int, list[int]] = {}  # seq id -> the blocks of a pull it left, until it ends
         self._pulled: set[str] = set()  # requests that have had their pull (a second admission computes)
         self._released: list[int] = []
         self._refused: list[tuple[str, str]] = []
@@ -71,7 +75,7 @@ class TransferScheduler:
     @property
     def busy(self) -> bool:
         """Blocks held or pulls in flight: the engine polls its workers meanwhile, even idle."""
-        return bool(self._holds or self._pulling)
+        return bool(self._holds or self._pulling or self._quarantined)
 
     def get_num_new_matched_tokens(self, seq: Sequence, num_computed_blocks: int) -> int:
         params = seq.request.options.kv_transfer
@@ -89,19 +93,22 @@ class TransferScheduler:
         first = len(seq.block_table) - len(block_ids)
         wanted = params.remote_block_ids[first : first + len(block_ids)]
         self._meta.pulls.append(Pull(seq.seq_id, _address(params), _pull_request(params, wanted), block_ids))
-        self._pulling[seq.seq_id] = request_id
+        self._pulling[seq.seq_id] = (request_id, block_ids)
         self._pulled.add(request_id)
 
     def on_evict(self, block_id: int, block_hash: bytes) -> None:
         pass
 
     def request_finished(self, seq: Sequence) -> list[int]:
-        """A prefill request that finished on its own keeps its prompt's full blocks for the decode side."""
+        """A prefill request that finished on its own keeps its prompt's full blocks for the decode side;
+        a decode that leaves while pulling keeps the blocks it pulls into until the pull has ended."""
         request = seq.request
         if seq.finish_reason is not None:  # it left (a preempted one comes back, and must not pull twice)
             self._pulled.discard(request.request_id)
-        if self._pulling.pop(seq.seq_id, None) is not None:
+        if (pulling := self._pulling.pop(seq.seq_id, None)) is not None:
             self._meta.cancels.append(seq.seq_id)
+            self._quarantined[seq.seq_id] = pulling[1]
+            return pulling[1]
         params = request.options.kv_transfer
         if params is None or not params.do_remote_decode or seq.finish_reason not in ("stop", "length"):
             return []
@@ -128,14 +135,20 @@ class TransferScheduler:
         return meta if meta.releases or meta.pulls or meta.cancels else None
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
+        for request_id in output.lent:  # a NIXL read takes them: kept until it says it is done, or long after
+            if request_id in self._holds:
+                blocks, deadline = self._holds[request_id]
+                self._holds[request_id] = (blocks, max(deadline, time.monotonic() + LENT_SECONDS))
         for request_id in output.finished_sends:
             if request_id in self._holds:
                 self._release(request_id)
         for seq_id in output.finished_loads:
             self._pulling.pop(seq_id, None)
         for seq_id, why in output.refused:
-            if (request_id := self._pulling.pop(seq_id, None)) is not None:
-                self._refused.append((request_id, why))
+            if (pulling := self._pulling.pop(seq_id, None)) is not None:
+                self._refused.append((pulling[0], why))
+        for seq_id in output.cancels_done:
+            self._released += self._quarantined.pop(seq_id, [])
         stats = self.stats
         stats.blocks_pulled += output.blocks_pulled
         stats.blocks_sent += output.blocks_sent
@@ -145,7 +158,8 @@ class TransferScheduler:
         stats.pulls_refused += len(output.refused)
 
     def take_released(self) -> list[int]:
-        """Blocks whose holds ended (pulled, or held too long) since the last call: the manager lets them go."""
+        """Blocks it kept that it no longer needs since the last call (holds pulled or held too long,
+        pulls ended after their sequence left): the manager lets them go."""
         released, self._released = self._released, []
         return released
 

@@ -33,11 +33,15 @@ class PullRequest(msgspec.Struct, array_like=True, frozen=True):
     token: str
     block_ids: list[int]  # those of them wanted (none: the hold is let go, nothing pulled)
     layout: KVLayout | None = None  # the puller's (its worker fills it in)
+    nixl: bool = False  # the puller reads the blocks with NIXL: the reply says where they are, not what
 
 
 class PullReply(msgspec.Struct, array_like=True, frozen=True):
-    error: str | None = None  # why the pull was refused; None: the blocks follow
+    error: str | None = None  # why the pull was refused (the request's fault); None: the blocks follow
     num_blocks: int = 0
+    failure: str | None = None  # why moving the blocks failed (the prefill side's): computed instead
+    nixl_agent: bytes | None = None  # with NIXL: the prefill agent's metadata
+    nixl_descs: bytes | None = None  # and the regions of the blocks wanted, in the pull's order
 
 
 encode = msgspec.msgpack.Encoder().encode

@@ -159,7 +159,7 @@ SPECS = {
                 "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "64Gi"}},
                 "autoscaling": {**AUTOSCALING, "minReplicas": 4},
             },
-            "kvTransferConfig": {"port": 5700, "holdTimeoutSeconds": 60},
+            "kvTransferConfig": {"kvConnector": "NixlConnector", "port": 5700, "holdTimeoutSeconds": 60},
         },
     },
     "router-model-cache": {  # the router tokenizes from the node's copy of the model

@@ -41,7 +41,7 @@ def test_each_role_is_a_deployment_of_its_own_with_the_kv_connector_at_the_pods_
         assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
         engine, container = serve_settings(deployment)
         transfer = engine.kv_transfer
-        assert (transfer.kv_connector, transfer.kv_role) == ("ZmqConnector", "kv_both")
+        assert (transfer.kv_connector, transfer.kv_role) == ("NixlConnector", "kv_both")
         extra = transfer.kv_connector_extra_config
         assert extra == {"side_channel_host": "10.1.2.3", "side_channel_port": 5700, "hold_timeout": 60,
                          "pull_timeout": 30}  # fmt: skip

@@ -9,5 +9,6 @@ PREFILL_LEG = {"do_remote_decode": True, "do_remote_prefill": False, "remote_eng
                "remote_block_ids": None, "remote_host": None, "remote_port": None}  # fmt: skip
 
 
-def transfer_config(**extra) -> str:
-    return json.dumps({"kv_role": "kv_both", "kv_connector_extra_config": {"side_channel_port": 0, **extra}})
+def transfer_config(connector: str = "ZmqConnector", **extra) -> str:
+    extra = {"side_channel_port": 0, **extra}
+    return json.dumps({"kv_connector": connector, "kv_role": "kv_both", "kv_connector_extra_config": extra})

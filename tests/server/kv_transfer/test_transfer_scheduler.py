@@ -102,5 +102,7 @@ def test_a_decode_holding_every_block_lets_the_hold_go_and_a_refused_pull_fails_
     left = sequence("r4", 40, params, [60, 61])  # leaves while its pull is in flight
     scheduler.update_state_after_alloc(left, [60, 61])
     left.finish_reason = "abort"
-    scheduler.request_finished(left)
-    assert scheduler.build_connector_meta().cancels == [left.seq_id]
+    assert scheduler.request_finished(left) == [60, 61]  # kept: a NIXL write may still land in them
+    assert scheduler.build_connector_meta().cancels == [left.seq_id] and scheduler.busy
+    scheduler.update_connector_output(KVConnectorOutput(cancels_done=[left.seq_id]))
+    assert scheduler.take_released() == [60, 61] and not scheduler.busy
