@@ -255,11 +255,14 @@ class EngineConfig:
         connector = self.kv_transfer
         if why is None and connector is not None:
             name = "swap_space" if self.swap_space else "kv_transfer_config"
-            connector_class(connector)  # refused here, naming the field, if bad
+            # Refused here, naming the field, if bad; a plug-in connector need not say SINGLE_RANK.
+            single_rank = getattr(connector_class(connector), "SINGLE_RANK", False)
             if not self.enable_prefix_caching:
                 why = f"{name} needs prefix caching: a KV connector finds blocks by the prefix cache's hashes"
             elif spec is not None and spec.method == "draft_model":
                 why = f"{name} does not keep a draft model's KV cache: use it with ngram speculation or none"
+            elif single_rank and self.tensor_parallel_size > 1:
+                why = f"{name}: {connector.kv_connector} moves one rank's blocks: tensor_parallel_size must be 1"
             if why is not None:
                 raise InvalidRequestError(why, param=name)
         if why is not None:

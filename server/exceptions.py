@@ -70,3 +70,7 @@ class EngineFailedError(ArgosyError):
 
 class EngineDeadError(EngineFailedError):
     """The engine core's process is gone or hung: nothing in flight can finish."""
+
+
+class EndpointInUseError(ArgosyError):
+    """An endpoint a setting names that cannot be bound (in use, or not this host's): the start fails at once."""

@@ -19,7 +19,7 @@ from collections import deque
 import msgspec
 import zmq
 
-from argosy.server.exceptions import ArgosyError
+from argosy.server.exceptions import EndpointInUseError
 from argosy.server.kv_events.config import KVEventsConfig
 from argosy.server.kv_events.wire import END_OF_REPLAY, EventBatch, sequence_bytes
 
@@ -30,10 +30,6 @@ POLL_MS = 100  # how often the thread looks for replay requests while no batch c
 def binds(endpoint: str) -> bool:
     """Whether the PUB socket binds the endpoint (else it connects to a subscriber that does)."""
     return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
-
-
-class EndpointInUseError(ArgosyError):
-    """An endpoint of kv_events_config that cannot be bound (in use, or not this host's)."""
 
 
 class ZmqEventPublisher:

@@ -33,6 +33,7 @@ def settings(config: KVTransferConfig) -> dict[str, Any]:
 
 class ZmqConnector:
     USES_NIXL = False
+    SINGLE_RANK = True  # one side channel, one rank's blocks: refused with tensor parallelism
 
     @classmethod
     def check(cls, config: KVTransferConfig) -> None:

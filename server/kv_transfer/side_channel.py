@@ -17,6 +17,7 @@ import time
 import torch
 import zmq
 
+from argosy.server.exceptions import EndpointInUseError
 from argosy.server.kv_transfer.hold_token import verify
 from argosy.server.kv_transfer.nixl_transport import NixlTransport
 from argosy.server.kv_transfer.wire import KVLayout, PullReply, PullRequest, decode_request, encode
@@ -39,9 +40,15 @@ class SideChannel:
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
-        bound = self._socket.bind_to_random_port(f"tcp://{host}") if port == 0 else None
-        if bound is None:
-            self._socket.bind(f"tcp://{host}:{port}")
+        try:
+            bound = self._socket.bind_to_random_port(f"tcp://{host}") if port == 0 else None
+            if bound is None:
+                self._socket.bind(f"tcp://{host}:{port}")
+        except zmq.ZMQError as exc:
+            self._socket.close(linger=0)
+            self._context.term()
+            where = f"tcp://{host}:{port}"
+            raise EndpointInUseError(f"kv_transfer_config: the side channel {where} cannot be bound: {exc}") from exc
         self.host, self.port = host, bound or port
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="kv-side-channel", daemon=True)

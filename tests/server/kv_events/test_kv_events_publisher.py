@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from argosy.server.api.metrics import ServerMetrics
 from argosy.server.engine_config import EngineConfig
-from argosy.server.exceptions import InvalidRequestError
+from argosy.server.exceptions import EndpointInUseError, InvalidRequestError
 from argosy.server.kv_events.config import KVEventsConfig
-from argosy.server.kv_events.publisher import EndpointInUseError, ZmqEventPublisher
+from argosy.server.kv_events.publisher import ZmqEventPublisher
 from argosy.server.kv_events.wire import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 from argosy.server.outputs import EngineStats
 
