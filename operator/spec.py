@@ -248,8 +248,8 @@ class KVTransferSpec(KubeModel):
 
     kvConnector: Literal["ZmqConnector", "NixlConnector"] = Field(
         "ZmqConnector",
-        description="ZmqConnector: blocks over the side channel's TCP socket; NixlConnector: read with NIXL (UCX: RDMA, "
-        "GPU memory), as vLLM's.",
+        description="ZmqConnector: blocks over the side channel's TCP socket; NixlConnector: read with NIXL "
+        "(UCX: RDMA, GPU memory), as vLLM's.",
     )
     kvRole: Literal["kv_both", "kv_producer", "kv_consumer"] = Field(
         "kv_both", description="As vLLM's: every role both holds and pulls here."
@@ -266,7 +266,8 @@ class KVTransferSpec(KubeModel):
         """The JSON `argosy serve --kv-transfer-config` takes; the pod's address from $(POD_IP)."""
         extra = {"side_channel_host": "$(POD_IP)", "side_channel_port": self.port,
                  "hold_timeout": self.holdTimeoutSeconds, "pull_timeout": self.pullTimeoutSeconds}  # fmt: skip
-        return json.dumps({"kv_connector": self.kvConnector, "kv_role": self.kvRole, "kv_connector_extra_config": extra})
+        config = {"kv_connector": self.kvConnector, "kv_role": self.kvRole, "kv_connector_extra_config": extra}
+        return json.dumps(config)
 
 
 class EngineSpec(KubeModel):
