@@ -1,5 +1,6 @@
 """Two real servers with the P/D connector, sharing an adapter, prefilling in chunks of 64 tokens:
-one the prefill side (its holds expire after 5 s), one the decode side (its pulls wait 3 s); once
+one the prefill side (its holds expire after 5 s), one the decode side (its pulls wait 3 s), each
+publishing its KV events (for the router's kv_aware policy); once
 with blocks over the side channel's socket (ZmqConnector), once read with NIXL (NixlConnector,
 when installed)."""
 
@@ -32,7 +33,8 @@ def pair(request, llama_checkpoint, tmp_path_factory):
     connector = request.param
     adapter = make_adapter(llama_checkpoint, tmp_path_factory.mktemp("adapter") / "tuned", rank=4)
     # Chunks of 64 tokens: every prompt here is prefilled in several.
-    common = {"enable_lora": True, "max_loras": 1, "lora_modules": [f"tuned={adapter}"], "max_num_batched_tokens": 64}
+    common = {"enable_lora": True, "max_loras": 1, "lora_modules": [f"tuned={adapter}"], "max_num_batched_tokens": 64,
+              "kv_events_config": '{"enable_kv_cache_events": true, "endpoint": "tcp://127.0.0.1:*"}'}  # fmt: skip
     prefill_config, decode_config = (
         transfer_config(connector, hold_timeout=5),
         transfer_config(connector, pull_timeout=3),

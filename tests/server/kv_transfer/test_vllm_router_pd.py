@@ -18,11 +18,12 @@ PROMPT = "A ledger of every shipment that left the northern warehouse this quart
 
 
 @needs_router
-@pytest.mark.parametrize("stream", [False, True])
-def test_the_vllm_router_drives_a_prefill_and_a_decode_replica(pair, tmp_path, stream):
+@pytest.mark.parametrize(("policy", "stream"), [("round_robin", False), ("round_robin", True), ("kv_aware", False)])
+def test_the_vllm_router_drives_a_prefill_and_a_decode_replica(pair, tmp_path, policy, stream):
+    """kv_aware (the operator's default policy) finds the prefill replica's KV events as it does a worker's."""
     prefill, decode = pair
-    args = ["--vllm-pd-disaggregation", "--prefill", prefill.url, "--decode", decode.url, "--policy", "round_robin"]
-    body = {"model": MODEL, "prompt": f"{stream}: {PROMPT}", "max_tokens": 10, "temperature": 0}
+    args = ["--vllm-pd-disaggregation", "--prefill", prefill.url, "--decode", decode.url, "--policy", policy]
+    body = {"model": MODEL, "prompt": f"{policy} {stream}: {PROMPT}", "max_tokens": 10, "temperature": 0}
     alone = httpx.post(f"{prefill.url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
     pulled = metric(decode.url, "argosy_kv_transfer_blocks_total", direction="pulled")
     with running_router(tmp_path / "router.log", *args) as router:
@@ -39,5 +40,7 @@ def test_the_vllm_router_drives_a_prefill_and_a_decode_replica(pair, tmp_path, s
             answer = httpx.post(url, json=body, timeout=60)
             assert answer.status_code == 200, answer.text
             text = answer.json()["choices"][0]["text"]
+        if policy == "kv_aware":
+            assert f"kv_index {prefill.url}: spawned subscriber" in router.log()
     assert text == alone
     assert metric(decode.url, "argosy_kv_transfer_blocks_total", direction="pulled") >= pulled + 10
