@@ -77,9 +77,22 @@ def test_routing_objects_come_and_go_with_the_spec():
 
     router = ["Deployment svc-router", "Service svc-router", "RoleBinding svc-router", "Role svc-router",
               "ServiceAccount svc-router"]  # fmt: skip
-    assert dropped("plain-gpu") == ["ScaledObject svc", "HTTPRoute svc", "InferencePool svc", "ConfigMap svc", *router]
-    assert dropped("pool-only") == ["ScaledObject svc", "HTTPRoute svc", "ConfigMap svc", *router]
-    assert dropped("routed-from-zero") == ["ConfigMap svc", *router]
+    roles_scaled = ["ScaledObject svc-prefill", "ScaledObject svc-decode"]
+    roles = ["Deployment svc-prefill", "Deployment svc-decode"]
+    assert dropped("plain-gpu") == ["ScaledObject svc", *roles_scaled, "HTTPRoute svc", "InferencePool svc",
+                                    "ConfigMap svc", *router, *roles]  # fmt: skip
+    assert dropped("pool-only") == [
+        "ScaledObject svc",
+        *roles_scaled,
+        "HTTPRoute svc",
+        "ConfigMap svc",
+        *router,
+        *roles,
+    ]
+    assert dropped("routed-from-zero") == [*roles_scaled, "ConfigMap svc", *router, *roles]
+    # Disaggregated: the roles replace the one Deployment (its scaled role keeps its ScaledObject).
+    assert dropped("disaggregated") == ["ScaledObject svc", "ScaledObject svc-prefill", "HTTPRoute svc",
+                                        "InferencePool svc", "ConfigMap svc", "Deployment svc"]  # fmt: skip
 
 
 def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
@@ -118,7 +131,8 @@ def test_every_generated_query_is_valid_promql(tmp_path):
         for trigger in obj["spec"]["triggers"]
     }
     running = waiting_requests_query(OWNER).replace("waiting", "running")
-    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER), running}
+    decode_role = waiting_requests_query(OWNER.as_role("decode"))  # spec.disaggregation's scaled role
+    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER), running, decode_role}
     rules = {
         "groups": [
             {"name": "argosy", "rules": [{"record": f"argosy:q{i}", "expr": q} for i, q in enumerate(sorted(queries))]}
