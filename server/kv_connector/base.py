@@ -94,4 +94,4 @@ class ConnectorWorker(Protocol):
         in flight when none has (a step with nothing to compute: the engine would only spin)."""
         ...
 
-    address: SideChannelAddress | None  # where other replicas pull its blocks from (None: nowhere)
+    address: SideChannelAddress | None  # where other replicas pull its blocks from (None, or absent: nowhere)

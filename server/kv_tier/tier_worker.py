@@ -16,7 +16,6 @@ class HostTierWorker:
     def __init__(self, num_slots: int, block_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device):
         self.cache = HostKVCache(num_slots, block_shape, dtype, device)
         self._finished: list[int] = []
-        self.address = None  # nothing for another replica to pull
 
     def start(self, kv_cache: torch.Tensor, meta: HostTierMeta | None) -> None:
         """Also at a step with no copies: on CUDA the step waits there for the last step's loads."""

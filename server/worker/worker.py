@@ -123,7 +123,8 @@ class Worker:
         )
         if self.driver:
             log.info(report.line())
-        address = None if self.kv_connector is None else self.kv_connector.address
+        # Where other replicas pull this one's blocks from: only a P/D connector has one (a plug-in need not say).
+        address = getattr(self.kv_connector, "address", None)
         return DeviceReady(num_blocks, report.line(), connector_blocks, report.weight_bytes, block_bytes, address)
 
     def execute(self, plan: StepPlan) -> StepResult | None:

@@ -37,7 +37,7 @@ class SlowTierWorker:
         if meta is not None and meta.load_seqs:
             self.pending.append([self.delay_steps, meta])
 
-    def finished(self) -> KVConnectorOutput:
+    def finished(self, wait: float = 0.0) -> KVConnectorOutput:
         self.tier.finished()  # made already: reported here, later
         out = KVConnectorOutput()
         for entry in self.pending:

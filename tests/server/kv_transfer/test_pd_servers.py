@@ -91,7 +91,8 @@ def test_forged_params_are_a_400_and_read_nothing(pair, forge, request):
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "kv_transfer_params", answer.text
     # The true params still pull: a refused pull took nothing, and the blocks are what the prompt's are.
     pulled = complete(decode, **body, kv_transfer_params=params)
-    assert pulled["usage"]["prompt_tokens_details"]["cached_tokens"] == 16 * len(params["remote_block_ids"])
+    pullable = min(len(params["remote_block_ids"]), (pulled["usage"]["prompt_tokens"] - 1) // 16)
+    assert pulled["usage"]["prompt_tokens_details"]["cached_tokens"] == 16 * pullable
     assert pulled["choices"][0]["text"] == complete(prefill, **body)["choices"][0]["text"]
 
 
@@ -102,8 +103,9 @@ def test_blocks_never_pulled_go_back_after_the_hold_timeout_and_their_params_are
     expired = metric(prefill, "argosy_kv_transfer_holds_expired_total")
     params = complete(prefill, prompt=prompt, max_tokens=1, kv_transfer_params=PREFILL_LEG)["kv_transfer_params"]
     assert metric(prefill, "argosy_kv_cache_usage_ratio") > used  # held for the decode side
-    wait_until(lambda: metric(prefill, "argosy_kv_transfer_holds_expired_total") > expired, 30, "the hold to expire")
-    assert metric(prefill, "argosy_kv_cache_usage_ratio") == used
+    # Back to at most the baseline (an earlier test's hold may expire too), counted as expired.
+    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") <= used, 30, "the hold to expire")
+    assert metric(prefill, "argosy_kv_transfer_holds_expired_total") > expired
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 2, "kv_transfer_params": params}
     answer = httpx.post(f"{decode}/v1/completions", json=body, timeout=60)
     assert answer.status_code == 400 and "has expired" in answer.json()["error"]["message"], answer.text
@@ -116,7 +118,8 @@ def test_a_pulled_hold_goes_back_at_once(pair):
     sent = metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent")
     params = complete(prefill, prompt=prompt, max_tokens=1, kv_transfer_params=PREFILL_LEG)["kv_transfer_params"]
     pulled = complete(decode, prompt=prompt, max_tokens=2, kv_transfer_params=params)
-    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") == used, 10, "the held blocks to go back")
+    # At most the baseline: an earlier test's hold may expire meanwhile.
+    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") <= used, 10, "the held blocks to go back")
     # All the prompt's full blocks but one whose last token the decode side computes for its logits.
     blocks = pulled["usage"]["prompt_tokens_details"]["cached_tokens"] // 16
     assert blocks >= len(params["remote_block_ids"]) - 1
@@ -178,5 +181,5 @@ def test_a_decode_side_holding_the_prompt_already_lets_the_hold_go_without_pulli
     alone = complete(decode, **body)  # the decode side computes the prompt itself first: now cached there
     again = complete(decode, **body, kv_transfer_params=params)
     assert again["choices"][0]["text"] == alone["choices"][0]["text"]
-    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") == used, 10, "the hold to be let go")
+    wait_until(lambda: metric(prefill, "argosy_kv_cache_usage_ratio") <= used, 10, "the hold to be let go")
     assert metric(prefill, "argosy_kv_transfer_blocks_total", direction="sent") == sent  # nothing was pulled
