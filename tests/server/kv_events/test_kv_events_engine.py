@@ -10,6 +10,7 @@ import pytest
 from argosy import LoRARequest, SamplingParams
 from tests.adapters import make_adapter
 from tests.checkpoints import tiny_llm
+from tests.polling import wait_until
 from tests.server.kv_events.vllm_subscriber import Subscriber, chain, replay
 from tests.server.kv_tier.test_host_tier_engine import BLOCK_BYTES, GIB
 
@@ -107,6 +108,7 @@ def test_replay_sends_the_buffered_batches_from_a_number_on(llama_checkpoint):
         llm.reset_prefix_cache()
     publisher = llm.engine.core.kv_events
     _, endpoint = publisher.bound_endpoints
+    wait_until(lambda: publisher.pending == 0, 10, "the queued batches to be sent")  # none arrives meanwhile
     numbers = [seq for seq, _ in replay(endpoint, 0)]  # asked from 0: what is left, the last three
     assert numbers == [publisher.published - 3, publisher.published - 2, publisher.published - 1]
     tail = replay(endpoint, publisher.published - 1)
