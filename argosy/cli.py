@@ -1,4 +1,5 @@
-"""The `argosy` command: `argosy serve`, `argosy operator`, `argosy agent`, `argosy kv-events`, `argosy generate`.
+"""The `argosy` command: `argosy serve`, `argosy operator`, `argosy agent`, `argosy kv-events`, `argosy generate`,
+`argosy profile`, `argosy simulate`.
 
 Only the chosen verb's module is imported, so that `argosy operator` never loads torch."""
 
@@ -24,6 +25,12 @@ VERBS = {
         "add_kv_events_args",
         "run",
     ),
+    "profile": (
+        "time the engine's steps on this machine and write the profile argosy simulate runs on",
+        "argosy.server.profile.profile_command",
+        "add_profile_args",
+        "profile",
+    ),
     "generate": (
         "complete one prompt offline and print the text",
         "argosy.server.generate_command",
@@ -36,7 +43,7 @@ VERBS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chosen = argv[0] if argv and argv[0] in VERBS else None
-    if chosen in ("serve", "generate"):
+    if chosen in ("serve", "generate", "profile"):
         from argosy.kernels.interpreter import use_interpreter_without_cuda
 
         use_interpreter_without_cuda()  # before a checkpoint conversion can import triton

@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from machine import cpu_line
 from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port, start, stop, wait_healthy
 from streams import stream
+
+from argosy.server.profile.machine import cpu_line
 
 MODEL = "fleet"
 WORDS = [

@@ -14,9 +14,9 @@ import threading
 import time
 
 import zmq
-from machine import cpu_line
 
 from argosy import LLM, SamplingParams
+from argosy.server.profile.machine import cpu_line
 
 CASES = ("off", "read", "stalled")
 

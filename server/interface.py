@@ -16,3 +16,4 @@ SLEEP_PATHS = ("/sleep", "/wake_up", "/is_sleeping")  # vLLM's sleep mode, outsi
 # The gauges the autoscaler reads (each also under vLLM's name, for routers).
 WAITING_METRIC = "argosy_num_requests_waiting"
 RUNNING_METRIC = "argosy_num_requests_running"
+KV_USAGE_METRIC = "argosy_kv_cache_usage_ratio"

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from argosy.server.api.kv_transfer_metrics import KVTransferMetrics
 from argosy.server.api.scheduling_metrics import SchedulingMetrics
 from argosy.server.api.spec_decode_metrics import SpecDecodeMetrics
-from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
+from argosy.server.interface import KV_USAGE_METRIC, RUNNING_METRIC, WAITING_METRIC
 from argosy.server.outputs import EngineStats, LoRAStats, RequestOutput
 from argosy.server.structured.params import KINDS
 
@@ -49,7 +49,7 @@ HANG_KINDS = ("step", "ping", "control")
 VLLM_NAMES = {
     WAITING_METRIC: "vllm:num_requests_waiting",
     RUNNING_METRIC: "vllm:num_requests_running",
-    "argosy_kv_cache_usage_ratio": "vllm:kv_cache_usage_perc",
+    KV_USAGE_METRIC: "vllm:kv_cache_usage_perc",
     "argosy_prompt_tokens_total": "vllm:prompt_tokens_total",
     "argosy_generation_tokens_total": "vllm:generation_tokens_total",
     "argosy_request_success_total": "vllm:request_success_total",
@@ -105,7 +105,7 @@ class ServerMetrics:
 
         self.waiting = gauge(WAITING_METRIC, "Requests accepted and waiting to be scheduled (the autoscaling signal)")
         self.running = gauge(RUNNING_METRIC, "Requests in the running batch")
-        self.kv_usage = gauge("argosy_kv_cache_usage_ratio", "Fraction of KV-cache blocks in use, 0 to 1")
+        self.kv_usage = gauge(KV_USAGE_METRIC, "Fraction of KV-cache blocks in use, 0 to 1")
         self.prompt_tokens = counter(
             "argosy_prompt_tokens_total", "Prompt tokens of served requests, counted at their first token"
         )

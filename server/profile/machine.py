@@ -1,5 +1,5 @@
-"""The machine a benchmark ran on, for its table: the CPU's model, core count and the instruction
-sets that decide the kernels' speed."""
+"""The machine a benchmark or a profile ran on, for its table or its file: the CPU's model, core
+count and the instruction sets that decide the kernels' speed."""
 
 from __future__ import annotations
 

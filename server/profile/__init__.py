@@ -1,0 +1,1 @@
+"""The engine's profile on its hardware: step time as a function of the step's shape."""

@@ -1,0 +1,153 @@
+"""Replica: one simulated pod. It is created, starts for the pod's start time (scheduling, image,
+model load) and is seen ready at the next startup probe; then it serves: an EngineCore (the
+engine's own scheduler and KV-cache manager) on a ProfiledExecutor, each step advancing the
+clock by the profile's time for it. Deleted, it is out of the endpoints at once, finishes what it
+holds for up to its drain time and is gone; a pod still starting is gone at once."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import simpy
+
+from argosy.server.engine.core_protocol import EngineCoreRequest
+from argosy.server.engine.engine_core import EngineCore
+from argosy.server.engine_config import EngineConfig
+from argosy.server.profile.engine_profile import EngineProfile
+from argosy.server.sampling_params import SamplingParams
+from argosy.simulator.profiled_executor import ProfiledExecutor
+from argosy.simulator.requests import SimRequest
+
+State = Literal["starting", "ready", "draining", "gone"]
+STARTUP_PROBE_SECONDS = 10  # operator/deployment.py's startup probe period
+
+
+def engine_config(profile: EngineProfile) -> EngineConfig:
+    s = profile.settings
+    return EngineConfig(
+        model=s.model,
+        block_size=s.block_size,
+        max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        max_model_len=s.max_model_len,
+        enable_chunked_prefill=s.enable_chunked_prefill,
+        enable_prefix_caching=s.enable_prefix_caching,
+    )
+
+
+class Replica:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        profile: EngineProfile,
+        start_seconds: float,
+        drain_seconds: float,
+        max_waiting: int,
+    ):
+        self.env = env
+        self.name = name
+        self.state: State = "starting"
+        self.created = env.now
+        self.ended: float | None = None
+        self.drain_seconds = drain_seconds
+        self.max_waiting = max_waiting
+        self.executor = ProfiledExecutor(profile)
+        self.core = EngineCore(engine_config(profile), self.executor)
+        self.requests: dict[str, SimRequest] = {}
+        self._vocab = self.core.model_config.vocab_size
+        self._wake = env.event()
+        self._prompts = 0
+        env.process(self._start(start_seconds))
+        self._serving = env.process(self._serve())
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def gauges(self) -> dict[str, float]:
+        """What its /metrics would say now."""
+        waiting, running = self.core.num_requests()
+        kv = self.core.kv
+        return {"waiting": waiting, "running": running, "kv_usage": kv.num_used_blocks / kv.num_blocks}
+
+    def submit(self, request: SimRequest) -> bool:
+        """Queues a request; False when its queue is full (the server's 503)."""
+        if self.core.num_requests()[0] >= self.max_waiting:
+            return False
+        trace = request.trace
+        prompt = self._prompt(trace.prompt_tokens)
+        params = SamplingParams(temperature=0.0, max_tokens=trace.output_tokens, ignore_eos=True)
+        self.core.add_request(EngineCoreRequest(request.request_id, prompt, params, self.env.now))
+        self.requests[request.request_id] = request
+        if not self._wake.triggered:
+            self._wake.succeed()
+        return True
+
+    def abort(self, request: SimRequest, why: str) -> None:
+        self.core.abort(request.request_id)
+        self.requests.pop(request.request_id, None)
+        request.error = why
+
+    def delete(self) -> None:
+        if self.state == "starting":
+            self._end()
+        elif self.state == "ready":
+            self.state = "draining"
+            self.env.process(self._drain_deadline())
+            if not self._wake.triggered:
+                self._wake.succeed()
+
+    def _prompt(self, length: int) -> list[int]:
+        """Distinct prompts, so no request hits another's prefix in the cache: the first two tokens
+        number the request, the rest count on."""
+        n, vocab = self._prompts, self._vocab
+        self._prompts += 1
+        head = [n % vocab, n // vocab % vocab]
+        return (head + [(n + i) % vocab for i in range(length - 2)])[:length]
+
+    def _start(self, seconds: float):
+        yield self.env.timeout(math.ceil(seconds / STARTUP_PROBE_SECONDS) * STARTUP_PROBE_SECONDS)
+        if self.state == "starting":
+            self.state = "ready"
+
+    def _serve(self):
+        while self.state != "gone":
+            if not self.core.has_unfinished_requests():
+                if self.state == "draining":
+                    self._end()
+                    return
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            self.executor.last_seconds = 0.0
+            outputs = self.core.step()
+            if self.executor.last_seconds == 0.0:
+                raise RuntimeError(f"{self.name}: the engine holds requests but ran no step")
+            yield self.env.timeout(self.executor.last_seconds)
+            now = self.env.now
+            for out in outputs:
+                request = self.requests.get(out.request_id)
+                if request is None:  # aborted while its step ran
+                    continue
+                request.tokens_at(now, len(out.new_token_ids))
+                if out.finish_reason is not None:
+                    request.finished = now
+                    del self.requests[out.request_id]
+            for failure in self.core.take_failed():
+                if (request := self.requests.pop(failure.request_id, None)) is not None:
+                    request.error = failure.message
+
+    def _drain_deadline(self):
+        yield self.env.timeout(self.drain_seconds)
+        if self.state == "draining":
+            for request in list(self.requests.values()):
+                self.abort(request, "cut off by the pod's shutdown")
+            self._end()
+
+    def _end(self) -> None:
+        self.state = "gone"
+        self.ended = self.env.now
+        if not self._wake.triggered:
+            self._wake.succeed()
