@@ -31,6 +31,12 @@ VERBS = {
         "add_profile_args",
         "profile",
     ),
+    "simulate": (
+        "simulate a service's fleet under a trace on the engine's profile: figures, summary.json and plots",
+        "argosy.simulator.simulate_command",
+        "add_simulate_args",
+        "simulate",
+    ),
     "generate": (
         "complete one prompt offline and print the text",
         "argosy.server.generate_command",

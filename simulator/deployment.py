@@ -12,7 +12,8 @@ from argosy.simulator.replica import Replica
 
 
 class Deployment:
-    def __init__(self, env: simpy.Environment, make_replica: Callable[[str], Replica], replicas: int):
+    def __init__(self, env: simpy.Environment, make_replica: Callable[[str, bool], Replica], replicas: int):
+        """`make_replica(name, started)`: a pod, `started` for those running before the clock starts."""
         self.env = env
         self._make = make_replica
         self._names = 0
@@ -20,10 +21,10 @@ class Deployment:
         self.ended: list[Replica] = []  # gone, kept for the replica-seconds
         self.replicas = 0
         self.scale_events: list[tuple[float, int, int]] = []  # (time, from, to)
-        self.scale(replicas)
+        self.scale(replicas, started=True)
         self.scale_events.clear()  # the first replicas are no scaling
 
-    def scale(self, replicas: int) -> None:
+    def scale(self, replicas: int, started: bool = False) -> None:
         if replicas != self.replicas:
             self.scale_events.append((self.env.now, self.replicas, replicas))
         self.replicas = replicas
@@ -31,7 +32,7 @@ class Deployment:
         current = [p for p in self.pods if p.state in ("starting", "ready")]
         for _ in range(replicas - len(current)):
             self._names += 1
-            self.pods.append(self._make(f"pod-{self._names}"))
+            self.pods.append(self._make(f"pod-{self._names}", started))
         # Deleted first: not ready before ready, then the newest.
         victims = sorted(current, key=lambda p: (p.ready, -p.created))
         for pod in victims[: max(0, len(current) - replicas)]:

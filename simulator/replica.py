@@ -7,6 +7,7 @@ holds for up to its drain time and is gone; a pod still starting is gone at once
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Literal
 
 import simpy
@@ -24,9 +25,11 @@ STARTUP_PROBE_SECONDS = 10  # operator/deployment.py's startup probe period
 
 
 def engine_config(profile: EngineProfile) -> EngineConfig:
+    """The profiled engine's settings; its model's config where the checkpoint is on this machine,
+    else the embedded default model's (a simulated replica reads only the vocabulary and limits)."""
     s = profile.settings
     return EngineConfig(
-        model=s.model,
+        model=s.model if (Path(s.model) / "config.json").is_file() else None,
         block_size=s.block_size,
         max_num_seqs=s.max_num_seqs,
         max_num_batched_tokens=s.max_num_batched_tokens,
@@ -59,7 +62,10 @@ class Replica:
         self._vocab = self.core.model_config.vocab_size
         self._wake = env.event()
         self._prompts = 0
-        env.process(self._start(start_seconds))
+        if start_seconds > 0:
+            env.process(self._start(start_seconds))
+        else:
+            self.state = "ready"
         self._serving = env.process(self._serve())
 
     @property

@@ -64,15 +64,20 @@ class Simulation:
         drain = service.engine.shutdownTimeoutSeconds
         self.deployment = Deployment(
             self.env,
-            lambda name: Replica(
-                self.env, name, config.profile, config.pod_start_seconds, drain, config.max_waiting_requests
+            lambda name, started: Replica(
+                self.env,
+                name,
+                config.profile,
+                0.0 if started else config.pod_start_seconds,
+                drain,
+                config.max_waiting_requests,
             ),
             initial,
         )
-        self.prometheus = Prometheus(self.env, self.deployment, config.scrape_seconds)
+        self.held: deque[SimRequest] = deque()
+        self.prometheus = Prometheus(self.env, self.deployment, lambda: len(self.held), config.scrape_seconds)
         self.router = Router(config.router)
         self.requests: list[SimRequest] = []
-        self.held: deque[SimRequest] = deque()
         self.timeline = Timeline()
 
     def run(self, progress: Callable[[float], None] = lambda _: None) -> SimulationResult:

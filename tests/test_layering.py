@@ -88,9 +88,24 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_no_file_of_the_server_or_the_kernels_is_in_an_import_circle():
+def test_no_file_of_the_server_the_kernels_or_the_simulator_is_in_an_import_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]  # it can fail
-    assert circles(import_graph(("server", "kernels"))) == []
+    assert circles(import_graph(("server", "kernels", "simulator"))) == []
+
+
+def test_the_simulator_sits_on_top_and_runs_no_model():
+    """The simulator drives the engine and the operator's builders; neither ever imports it, and a
+    simulation loads neither torch nor Triton (its replicas run the engine on a profile's clock)."""
+    graph = import_graph(("server", "kernels", "operator", "simulator"))
+    below = {m: names for m, names in graph.items() if not m.startswith("argosy.simulator")}
+    assert {m for m, names in below.items() if any(n.startswith("argosy.simulator") for n in names)} == set()
+    check = (
+        "import sys\n"
+        "from argosy.simulator import simulation, simulate_command\n"
+        "assert not {'torch', 'triton'} & set(sys.modules), 'the simulator loaded a device library'\n"
+    )
+    done = subprocess.run([sys.executable, "-P", "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_the_engine_needs_no_torch():
