@@ -19,7 +19,12 @@ Scaled to zero, the service is woken by its triggers and put back to sleep when 
 read 0 for the cooldown. A busy service within its capacity has no waiting and no held request,
 so with minReplicas 0 a third trigger counts the running requests: it keeps the service awake
 while anything runs, and asks for no more replicas than the running batches fill
-(`maxNumSeqs` each)."""
+(`maxNumSeqs` each).
+
+With latency objectives (spec.autoscaling.objectives) the thresholds come from the engine's
+profile through operator/objectives.py: the running requests a replica holds within the ITL
+objective (always a trigger then), the waiting requests it drains within the TTFT objective
+(unless targetWaitingRequests is set), and the KV-cache usage of that many requests."""
 
 from __future__ import annotations
 
@@ -27,9 +32,10 @@ from typing import Any
 
 from argosy.operator.kinds import DEPLOYMENT, SCALED_OBJECT
 from argosy.operator.labels import manifest
+from argosy.operator.objectives import Thresholds
 from argosy.operator.owner import Owner
 from argosy.operator.spec import InferenceServiceSpec
-from argosy.server.interface import RUNNING_METRIC, WAITING_METRIC
+from argosy.server.interface import KV_USAGE_METRIC, RUNNING_METRIC, WAITING_METRIC
 
 HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 
@@ -48,15 +54,24 @@ def held_requests_query(owner: Owner) -> str:
     return " or ".join([*(f"sum({metric}{{{pool}}})" for metric in HELD_METRICS), "vector(0)"])
 
 
-def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str, Any]:
+def build_scaled_object(
+    owner: Owner, service: InferenceServiceSpec, thresholds: Thresholds | None = None
+) -> dict[str, Any]:
+    """`thresholds`: derived from spec.autoscaling.objectives, when it is set."""
     a = service.autoscaling
     if a is None:
         raise ValueError("only a service with autoscaling has a ScaledObject")
+    waiting = a.targetWaitingRequests
+    if thresholds is not None and "targetWaitingRequests" not in a.model_fields_set:
+        waiting = thresholds.waiting_requests
     # trigger name -> (query, value per replica)
-    triggers = {"waiting-requests": (waiting_requests_query(owner), a.targetWaitingRequests)}
+    triggers = {"waiting-requests": (waiting_requests_query(owner), waiting)}
     if service.routing is not None and service.routing.endpointPicker is not None:
-        triggers["held-requests"] = (held_requests_query(owner), a.targetWaitingRequests)
-    if a.minReplicas == 0:
+        triggers["held-requests"] = (held_requests_query(owner), waiting)
+    if thresholds is not None:
+        triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), thresholds.running_requests)
+        triggers["kv-cache-usage"] = (pods_query(owner, KV_USAGE_METRIC), thresholds.kv_cache_usage)
+    elif a.minReplicas == 0:
         triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": DEPLOYMENT.api_version, "kind": DEPLOYMENT.kind, "name": owner.object_name},
@@ -106,4 +121,4 @@ def build_scaled_object(owner: Owner, service: InferenceServiceSpec) -> dict[str
 
 
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+    return str(int(value)) if float(value).is_integer() else f"{value:.4g}"

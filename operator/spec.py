@@ -625,6 +625,25 @@ class RoutingSpec(KubeModel):
     route: RouteSpec | None = None
 
 
+class ObjectivesSpec(KubeModel):
+    """What each request should see, and the engine profile (`argosy profile`) that says what a replica can do."""
+
+    timeToFirstTokenSeconds: float = Field(gt=0, le=3600, description="Time to the first token to keep.")
+    interTokenLatencySeconds: float = Field(gt=0, le=60, description="Mean time between output tokens to keep.")
+    percentile: float = Field(
+        99, ge=50, lt=100, description="The share of requests, in percent, whose time to first token is kept."
+    )
+    promptTokens: int = Field(512, ge=1, description="The typical prompt length of the traffic, in tokens.")
+    outputTokens: int = Field(128, ge=1, description="The typical output length of the traffic, in tokens.")
+    profileConfigMap: str = Field(
+        min_length=1,
+        max_length=253,
+        description="The ConfigMap in the service's namespace whose key profile.json holds the engine's profile "
+        "on the pods' hardware (argosy profile --output profile.json, then kubectl create configmap NAME "
+        "--from-file=profile.json).",
+    )
+
+
 class AutoscalingSpec(KubeModel):
     """When present, a KEDA ScaledObject scales the pods on the waiting-queue depth
     (argosy_num_requests_waiting) read from Prometheus; with routing, also on the requests the
@@ -654,6 +673,14 @@ class AutoscalingSpec(KubeModel):
     pollingIntervalSeconds: int = Field(15, ge=1, description="How often KEDA reads the queue depth.")
     scaleDownStabilizationSeconds: int = Field(
         300, ge=0, le=3600, description=("How long the queue must stay low before a replica is removed.")
+    )
+    objectives: ObjectivesSpec | None = Field(
+        None,
+        description=(
+            "Latency objectives: the thresholds of the triggers are derived from them and the engine's profile "
+            "(running and waiting requests and KV-cache usage per replica; status.autoscaling says them); "
+            "targetWaitingRequests, when set, still wins."
+        ),
     )
 
 

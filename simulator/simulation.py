@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from argosy.operator.objectives import thresholds_for
 from argosy.operator.owner import Owner
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec
@@ -44,6 +45,7 @@ class SimulationConfig:
     request_timeout: float = 600.0  # a client gives up on a request with no first token by then
     max_waiting_requests: int = 1024  # a pod's queue; beyond it, 503
     sample_seconds: float = 5.0
+    until: float = 0.0  # run at least this long, past the trace's end (to watch the fleet scale down)
 
 
 @dataclass
@@ -59,7 +61,11 @@ class Simulation:
         self.config = config
         self.env = simpy.Environment()
         service = config.service
-        self.keda = None if service.autoscaling is None else ScaledObjectController(build_scaled_object(OWNER, service))
+        self.keda = None
+        if (autoscaling := service.autoscaling) is not None:
+            objectives = autoscaling.objectives
+            thresholds = None if objectives is None else thresholds_for(config.profile, objectives)
+            self.keda = ScaledObjectController(build_scaled_object(OWNER, service, thresholds))
         initial = service.replicas if self.keda is None else max(self.keda.min_replicas, 1)
         drain = service.engine.shutdownTimeoutSeconds
         self.deployment = Deployment(
@@ -93,7 +99,8 @@ class Simulation:
             env.process(self._keda())
             env.process(self._hpa())
         horizon = end_of_trace + config.request_timeout + 60
-        while env.peek() < horizon and not (env.now >= end_of_trace and self._all_done()):
+        horizon = max(horizon, config.until)
+        while env.peek() < horizon and not (env.now >= max(end_of_trace, config.until) and self._all_done()):
             env.step()
             progress(env.now)
         duration = env.now

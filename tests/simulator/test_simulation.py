@@ -1,0 +1,96 @@
+"""Simulated fleets: replicas on the profile's clock, and the autoscaling a cluster would do."""
+
+from __future__ import annotations
+
+import pytest
+
+from argosy.server.profile.step_shape import StepShape
+from argosy.simulator.simulation import Simulation, SimulationConfig
+from argosy.simulator.summary import Objectives
+from argosy.simulator.trace import TraceRequest
+from argosy.simulator.workload import generate
+from tests.simulator.conftest import service
+
+OBJECTIVES = Objectives(ttft_seconds=2.0, itl_seconds=0.1)
+
+
+def run(profile, trace, spec, **options):
+    return Simulation(SimulationConfig(profile, trace, spec, OBJECTIVES, **options)).run()
+
+
+def test_a_lone_request_runs_on_the_profile_clock(profile):
+    result = run(profile, [TraceRequest(3.0, prompt_tokens=100, output_tokens=5)], service())
+    request = result.requests[0]
+    prefill = profile.step_seconds(StepShape(1, 100, 100 * 101 / 2 / 1000, 0, 0, 1))
+    assert request.error is None and request.tokens == 5
+    assert request.ttft == pytest.approx(prefill)
+    decodes = [profile.step_seconds(StepShape(1, 0, 0, 1, 101 + i, 1)) for i in range(4)]
+    assert request.gaps == pytest.approx(decodes)
+    assert result.summary.errors == 0 and result.summary.scale_events == 0
+
+
+def test_requests_join_the_running_batch(profile):
+    # Eight requests at once: the first wakes the replica and runs alone; the seven queued behind it
+    # join in the next step, their prompts beside its first decode, then all eight decode together.
+    trace = [TraceRequest(0.0, 100, 3) for _ in range(8)]
+    result = run(profile, trace, service())
+    first = profile.step_seconds(StepShape(1, 100, 100 * 101 / 2 / 1000, 0, 0, 1))
+    joined = profile.step_seconds(StepShape(1, 700, 7 * 100 * 101 / 2 / 1000, 1, 101, 8))
+    assert [r.ttft for r in result.requests] == pytest.approx([first] + [first + joined] * 7)
+    together = profile.step_seconds(StepShape(1, 0, 0, 8, 7 * 101 + 102, 8))
+    assert result.requests[1].gaps == pytest.approx([together, profile.step_seconds(StepShape(1, 0, 0, 7, 7 * 102, 7))])
+
+
+def test_the_fleet_scales_up_under_load_and_back_down(profile):
+    trace = generate("poisson:rate=6,duration=300,prompt=400,output=100,seed=1")
+    spec = service(minReplicas=1, maxReplicas=4, targetWaitingRequests=2, scaleDownStabilizationSeconds=60)
+    result = run(profile, trace, spec, pod_start_seconds=30, until=900)
+    ups = [e for e in result.scale_events if e[2] > e[1]]
+    downs = [e for e in result.scale_events if e[2] < e[1]]
+    assert ups and downs and ups[0][0] < downs[0][0]
+    assert result.summary.max_replicas == 4
+    assert max(result.timeline.replicas) <= 4
+    assert result.timeline.replicas[-1] == 1 and result.timeline.starting[-1] == 0
+    assert all(r.done for r in result.requests)
+
+
+def test_the_fleet_scales_down_when_demand_is_gone_even_with_pods_pending(profile):
+    # A burst asks for pods that take twenty minutes to start; the demand is gone long before.
+    trace = generate("poisson:rate=10,duration=60,prompt=400,output=50,seed=2")
+    spec = service(minReplicas=1, maxReplicas=6, targetWaitingRequests=2)
+    result = run(profile, trace, spec, pod_start_seconds=1200, until=720)
+    assert result.summary.max_replicas > 1
+    assert max(result.timeline.ready) == 1  # none of the new pods ever started
+    assert result.timeline.replicas[-1] == 1 and result.timeline.starting[-1] == 0
+
+
+def test_a_fixed_fleet_never_scales(profile):
+    trace = generate("poisson:rate=3,duration=60,prompt=200,output=20,seed=3")
+    result = run(profile, trace, service(), until=120)
+    assert result.summary.scale_events == 0 and set(result.timeline.replicas) == {1}
+
+
+def test_scale_from_zero_on_the_requests_the_router_holds(profile):
+    spec = service(minReplicas=0, maxReplicas=2, pollingIntervalSeconds=5, scaleDownStabilizationSeconds=60)
+    spec = spec.model_copy(update={"routing": _picker()})
+    trace = [TraceRequest(100.0, 50, 5)]
+    result = run(profile, trace, spec, pod_start_seconds=20, until=400)
+    request = result.requests[0]
+    # At 0 replicas it is held; KEDA sees it at its next poll (and scrape), a pod starts, then serves it.
+    assert request.error is None and 20 < request.ttft < 20 + 5 + 15 + 10 + 1
+    assert result.timeline.replicas[0] == 0 or result.scale_events[0][1] == 0
+    assert result.timeline.replicas[-1] == 0  # back to zero after the cooldown
+
+
+def test_timeouts_and_full_queues_are_errors(profile):
+    trace = [TraceRequest(0.0, 1000, 2000) for _ in range(40)]
+    result = run(profile, trace, service(), request_timeout=2, max_waiting_requests=10)
+    reasons = {r.error for r in result.requests}
+    assert "503: the pod's queue is full" in reasons and "timed out before its first token" in reasons
+    assert result.summary.errors == sum(r.error is not None for r in result.requests) > 0
+
+
+def _picker():
+    from argosy.operator.spec import RoutingSpec
+
+    return RoutingSpec.model_validate({"endpointPicker": {"name": "picker"}})
