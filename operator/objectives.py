@@ -7,9 +7,10 @@ requests that replace the finished ones: B/O of them per step, B·P/O prompt tok
 time is linear in B, t(B) = t0 + k·B (t0, k from the profile's coefficients), and the ITL objective
 I caps the batch: B* = max B with t(B*) <= I (and within the sequence cap and the KV cache).
 
-- running requests per replica: B*. Running requests are proportional to the load (Little's law),
-  so this target follows demand without the flapping of a queue that reads 0 whenever the fleet
-  keeps up.
+- output tokens per second per replica: B*/t(B*), what a replica generates at B*. Throughput
+  follows demand (unlike running requests, whose count per request shrinks with the batch, so a
+  fleet sized on them shrinks until it is too small, grows back, and flaps; and unlike a queue,
+  which reads 0 whenever the fleet keeps up).
 - waiting requests per replica: at B* a replica frees a batch slot every t(B*)·O/B* seconds on
   average; modelling departures as Poisson at rate r = B*/(t(B*)·O), the q-th waiting request
   starts after an Erlang(q, r) time. The target is the largest q whose p-th percentile of that
@@ -45,6 +46,7 @@ class Workload:
 @dataclass(frozen=True)
 class Thresholds:
     running_requests: int  # B*
+    tokens_per_second: float  # B* / t(B*)
     waiting_requests: int
     kv_cache_usage: float
     step_seconds: float  # t(B*): the ITL a full replica gives
@@ -52,6 +54,7 @@ class Thresholds:
     def as_status(self) -> dict[str, float | int]:
         return {
             "runningRequests": self.running_requests,
+            "outputTokensPerSecond": round(self.tokens_per_second, 2),
             "waitingRequests": self.waiting_requests,
             "kvCacheUsage": round(self.kv_cache_usage, 3),
             "interTokenLatencySeconds": round(self.step_seconds, 4),
@@ -110,7 +113,7 @@ def derive_thresholds(
     departures = batch / (step * work.output_tokens)
     waiting = _longest_queue(departures, ttft_seconds - prefill, percentile / 100)
     usage = min(MAX_KV_USAGE, batch * (work.prompt_tokens + work.output_tokens / 2) / capacity)
-    return Thresholds(batch, max(waiting, 1), usage, step)
+    return Thresholds(batch, batch / step, max(waiting, 1), usage, step)
 
 
 def _prompt_alone(tokens: int) -> StepShape:

@@ -22,9 +22,10 @@ while anything runs, and asks for no more replicas than the running batches fill
 (`maxNumSeqs` each).
 
 With latency objectives (spec.autoscaling.objectives) the thresholds come from the engine's
-profile through operator/objectives.py: the running requests a replica holds within the ITL
-objective (always a trigger then), the waiting requests it drains within the TTFT objective
-(unless targetWaitingRequests is set), and the KV-cache usage of that many requests."""
+profile through operator/objectives.py: the output tokens per second a replica generates within
+the ITL objective (the rate of the pods' generation counters over a minute), the waiting requests
+it drains within the TTFT objective (unless targetWaitingRequests is set), and the KV-cache usage
+of the batch that meets the ITL objective."""
 
 from __future__ import annotations
 
@@ -35,14 +36,16 @@ from argosy.operator.labels import manifest
 from argosy.operator.objectives import Thresholds
 from argosy.operator.owner import Owner
 from argosy.operator.spec import InferenceServiceSpec
-from argosy.server.interface import KV_USAGE_METRIC, RUNNING_METRIC, WAITING_METRIC
+from argosy.server.interface import GENERATION_TOKENS_METRIC, KV_USAGE_METRIC, RUNNING_METRIC, WAITING_METRIC
 
 HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 
 
-def pods_query(owner: Owner, metric: str) -> str:
+def pods_query(owner: Owner, metric: str, rate: str | None = None) -> str:
+    """The sum of a metric over this service's pods; of its per-second rate over `rate` (a range)."""
     pods = f"{owner.object_name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
-    return f'sum({metric}{{namespace="{owner.namespace}",pod=~"{pods}"}}) or vector(0)'
+    series = f'{metric}{{namespace="{owner.namespace}",pod=~"{pods}"}}'
+    return f"sum({series if rate is None else f'rate({series}[{rate}])'}) or vector(0)"
 
 
 def waiting_requests_query(owner: Owner) -> str:
@@ -69,7 +72,8 @@ def build_scaled_object(
     if service.routing is not None and service.routing.endpointPicker is not None:
         triggers["held-requests"] = (held_requests_query(owner), waiting)
     if thresholds is not None:
-        triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), thresholds.running_requests)
+        tokens = pods_query(owner, GENERATION_TOKENS_METRIC, rate="1m")
+        triggers["output-tokens"] = (tokens, thresholds.tokens_per_second)
         triggers["kv-cache-usage"] = (pods_query(owner, KV_USAGE_METRIC), thresholds.kv_cache_usage)
     elif a.minReplicas == 0:
         triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)

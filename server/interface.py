@@ -17,3 +17,4 @@ SLEEP_PATHS = ("/sleep", "/wake_up", "/is_sleeping")  # vLLM's sleep mode, outsi
 WAITING_METRIC = "argosy_num_requests_waiting"
 RUNNING_METRIC = "argosy_num_requests_running"
 KV_USAGE_METRIC = "argosy_kv_cache_usage_ratio"
+GENERATION_TOKENS_METRIC = "argosy_generation_tokens_total"

@@ -62,6 +62,7 @@ class Replica:
         self._vocab = self.core.model_config.vocab_size
         self._wake = env.event()
         self._prompts = 0
+        self._generated = 0
         if start_seconds > 0:
             env.process(self._start(start_seconds))
         else:
@@ -77,6 +78,11 @@ class Replica:
         waiting, running = self.core.num_requests()
         kv = self.core.kv
         return {"waiting": waiting, "running": running, "kv_usage": kv.num_used_blocks / kv.num_blocks}
+
+    @property
+    def generated(self) -> int:
+        """Its counter of generated tokens."""
+        return self._generated
 
     def submit(self, request: SimRequest) -> bool:
         """Queues a request; False when its queue is full (the server's 503)."""
@@ -138,6 +144,7 @@ class Replica:
                 if request is None:  # aborted while its step ran
                     continue
                 request.tokens_at(now, len(out.new_token_ids))
+                self._generated += len(out.new_token_ids)
                 if out.finish_reason is not None:
                     request.finished = now
                     del self.requests[out.request_id]

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from argosy.server.api.kv_transfer_metrics import KVTransferMetrics
 from argosy.server.api.scheduling_metrics import SchedulingMetrics
 from argosy.server.api.spec_decode_metrics import SpecDecodeMetrics
-from argosy.server.interface import KV_USAGE_METRIC, RUNNING_METRIC, WAITING_METRIC
+from argosy.server.interface import GENERATION_TOKENS_METRIC, KV_USAGE_METRIC, RUNNING_METRIC, WAITING_METRIC
 from argosy.server.outputs import EngineStats, LoRAStats, RequestOutput
 from argosy.server.structured.params import KINDS
 
@@ -51,7 +51,7 @@ VLLM_NAMES = {
     RUNNING_METRIC: "vllm:num_requests_running",
     KV_USAGE_METRIC: "vllm:kv_cache_usage_perc",
     "argosy_prompt_tokens_total": "vllm:prompt_tokens_total",
-    "argosy_generation_tokens_total": "vllm:generation_tokens_total",
+    GENERATION_TOKENS_METRIC: "vllm:generation_tokens_total",
     "argosy_request_success_total": "vllm:request_success_total",
     "argosy_prefix_cache_queries_total": "vllm:prefix_cache_queries_total",
     "argosy_prefix_cache_hits_total": "vllm:prefix_cache_hits_total",
@@ -109,7 +109,7 @@ class ServerMetrics:
         self.prompt_tokens = counter(
             "argosy_prompt_tokens_total", "Prompt tokens of served requests, counted at their first token"
         )
-        self.generation_tokens = counter("argosy_generation_tokens_total", "Generated tokens")
+        self.generation_tokens = counter(GENERATION_TOKENS_METRIC, "Generated tokens")
         self.success = counter(
             "argosy_request_success_total",
             "Ended requests, one per prompt, by finished_reason: stop, length or abort",

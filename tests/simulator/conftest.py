@@ -23,7 +23,7 @@ def sim_model(tmp_path_factory):
     return build_checkpoint(tmp_path_factory.mktemp("sim") / "llama", "llama", max_position_embeddings=4096)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def profile(sim_model) -> EngineProfile:
     settings = EngineSettings(
         model=str(sim_model),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from argosy.server.profile.step_shape import StepShape
 from argosy.simulator.simulation import Simulation, SimulationConfig
@@ -94,3 +98,33 @@ def _picker():
     from argosy.operator.spec import RoutingSpec
 
     return RoutingSpec.model_validate({"endpointPicker": {"name": "picker"}})
+
+
+def objectives_service(**objectives):
+    return service(
+        minReplicas=1,
+        maxReplicas=12,
+        objectives={
+            "timeToFirstTokenSeconds": 2,
+            "interTokenLatencySeconds": 0.05,
+            "promptTokens": 400,
+            "outputTokens": 100,
+            "profileConfigMap": "profile",
+            **objectives,
+        },
+    )
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(rate=st.floats(0.5, 12))
+def test_objectives_never_reverse_within_the_window_under_constant_load(profile, rate):
+    """Evenly spaced arrivals: the fleet may grow and then settle, but never turns around within the
+    scale-down stabilisation window (a down soon after an up, or an up soon after a down)."""
+    trace = [TraceRequest(i / rate, 400, 100) for i in range(int(600 * rate))]
+    result = run(profile, trace, objectives_service(), pod_start_seconds=60)
+    events = result.scale_events
+    reversals = [
+        (a, b) for a, b in itertools.pairwise(events) if (a[2] - a[1]) * (b[2] - b[1]) < 0 and b[0] - a[0] < 300
+    ]
+    assert reversals == []
+    assert max(result.timeline.replicas) <= 12
