@@ -33,6 +33,28 @@ from argosy.server.profile.step_shape import StepShape
 MAX_KV_USAGE = 0.9  # the busiest a replica's KV cache is planned at: the rest absorbs longer contexts
 
 
+PROFILE_KEY = "profile.json"  # in the ConfigMap spec.autoscaling.objectives.profileConfigMap names
+
+
+def thresholds_from_config_map(config_map: dict | None, objectives: ObjectivesSpec) -> Thresholds:
+    """Raises ValueError naming the field when the ConfigMap, its profile or the objectives fail."""
+    field = "spec.autoscaling.objectives.profileConfigMap"
+    name = objectives.profileConfigMap
+    if config_map is None:
+        raise ValueError(f"{field}: ConfigMap {name} does not exist")
+    text = (config_map.get("data") or {}).get(PROFILE_KEY)
+    if text is None:
+        raise ValueError(f"{field}: ConfigMap {name} has no key {PROFILE_KEY}")
+    try:
+        profile = EngineProfile.model_validate_json(text)
+    except ValueError as exc:
+        raise ValueError(f"{field}: ConfigMap {name}'s {PROFILE_KEY} is no engine profile: {exc}") from None
+    try:
+        return thresholds_for(profile, objectives)
+    except ObjectivesUnreachable as exc:
+        raise ValueError(f"spec.autoscaling.objectives: {exc}") from None
+
+
 class ObjectivesUnreachable(ValueError):
     """No replica of this profile meets the objectives, however few requests it runs."""
 

@@ -39,6 +39,7 @@ from argosy.operator.router import ROUTER_SUFFIX, build_router_objects, router_n
 from argosy.operator.router_status import router_condition
 from argosy.operator.routing import build_http_route, build_inference_pool
 from argosy.operator.routing_status import routing_problem
+from argosy.operator.objectives import Thresholds, thresholds_from_config_map
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.service import build_pdb, build_service
 from argosy.operator.spec import ROLES, InferenceServiceSpec
@@ -72,7 +73,7 @@ class ReconcileResult:
 
 
 def desired_objects(
-    owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT
+    owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT, thresholds: Thresholds | None = None
 ) -> list[tuple[Kind, dict[str, Any]]]:
     if spec.disaggregation is None:
         objects = [(DEPLOYMENT, build_deployment(owner, spec, cache_root))]
@@ -80,7 +81,7 @@ def desired_objects(
         objects = build_role_objects(owner, spec, cache_root)
     objects += [(SERVICE, build_service(owner)), (PDB, build_pdb(owner, spec))]
     if spec.autoscaling is not None:
-        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec)))
+        objects.append((SCALED_OBJECT, build_scaled_object(owner, spec, thresholds)))
     if lora_enabled(spec):
         objects.append((CONFIG_MAP, build_adapters_config_map(owner, spec)))
     routing = spec.routing
@@ -110,7 +111,16 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
     except ValidationError as exc:  # the CRD schema should have stopped this
         problem = Problem("InvalidSpec", str(exc).splitlines()[0])
         return ReconcileResult(compute_status(owner, None, [], problem, previous, now()), problem)
-    objects = desired_objects(owner, spec, cache_root)
+    thresholds = None
+    if spec.autoscaling is not None and (objectives := spec.autoscaling.objectives) is not None:
+        try:  # without them the ScaledObject scales on the queue alone, and the status says why
+            config_map = kube.get(CONFIG_MAP, owner.namespace, objectives.profileConfigMap)
+            thresholds = thresholds_from_config_map(config_map, objectives)
+        except ApiException as exc:
+            problem = failure(CONFIG_MAP, owner, exc)
+        except ValueError as exc:
+            problem = Problem("ObjectivesUnavailable", str(exc))
+    objects = desired_objects(owner, spec, cache_root, thresholds)
     for kind, name in dropped_objects(owner, objects):
         try:
             if _remove(kube, kind, owner, name):
@@ -142,6 +152,8 @@ def reconcile(kube: KubeClient, body: dict[str, Any], cache_root: str = DEFAULT_
     status = _serving_status(kube, owner, spec, applied, problem, previous, routing)
     if cache is not None:
         status["modelCache"] = cache
+    if thresholds is not None:
+        status["autoscaling"] = thresholds.as_status()
     if spec.routing is not None and spec.routing.router is not None:
         live_router = applied.get((DEPLOYMENT, router_name(owner)))
         status["conditions"].append(router_condition(live_router, owner.generation, previous, now()))

@@ -55,6 +55,16 @@ class RolesStatus(BaseModel):
     decode: RoleStatus | None = None
 
 
+class DerivedThresholds(BaseModel):
+    """What spec.autoscaling.objectives came to on the profiled engine: the triggers' values per replica."""
+
+    runningRequests: int = Field(description="The batch within the inter-token latency objective.")
+    outputTokensPerSecond: float = Field(description="What a replica generates at that batch (a trigger).")
+    waitingRequests: int = Field(description="The queue a replica drains within the TTFT objective (a trigger).")
+    kvCacheUsage: float = Field(description="The KV-cache usage of that batch (a trigger).")
+    interTokenLatencySeconds: float = Field(description="The inter-token latency at that batch.")
+
+
 class InferenceServiceStatus(BaseModel):
     """Observed state, in kstatus form, so Argo CD and Flux can read health."""
 
@@ -68,6 +78,9 @@ class InferenceServiceStatus(BaseModel):
     routerUrl: str | None = Field(None, description="With spec.routing.router: the API through the router.")
     modelCache: ModelCacheUse | None = Field(None, description="With spec.model.cacheRef: where copies are ready.")
     roles: RolesStatus | None = Field(None, description="With spec.disaggregation: each role's pods.")
+    autoscaling: DerivedThresholds | None = Field(
+        None, description="With spec.autoscaling.objectives: the thresholds derived from them."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

@@ -25,8 +25,13 @@ def sim_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def profile(sim_model) -> EngineProfile:
+    return fit_free_profile(str(sim_model), COEFFICIENTS)
+
+
+def fit_free_profile(model: str, coefficients: dict[str, float]) -> EngineProfile:
+    """A profile with these coefficients, as if fitted: 2048 blocks of 16, 32 sequences, 1024 tokens a step."""
     settings = EngineSettings(
-        model=str(sim_model),
+        model=model,
         startup="test",
         block_size=16,
         num_blocks=2048,
