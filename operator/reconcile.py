@@ -34,12 +34,12 @@ from argosy.operator.kube import KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
 from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
 from argosy.operator.model_cache.status import service_cache
+from argosy.operator.objectives import Thresholds, thresholds_from_config_map
 from argosy.operator.owner import Owner
 from argosy.operator.router import ROUTER_SUFFIX, build_router_objects, router_name, router_url
 from argosy.operator.router_status import router_condition
 from argosy.operator.routing import build_http_route, build_inference_pool
 from argosy.operator.routing_status import routing_problem
-from argosy.operator.objectives import Thresholds, thresholds_from_config_map
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.service import build_pdb, build_service
 from argosy.operator.spec import ROLES, InferenceServiceSpec
