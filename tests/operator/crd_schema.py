@@ -34,6 +34,9 @@ def to_jsonschema(schema: dict[str, Any], root: bool = True) -> dict[str, Any]:
         strings = {k: out.pop(k) for k in ("pattern", "minLength", "maxLength") if k in out}
         ints = {k: out.pop(k) for k in ("minimum", "maximum") if k in out}
         out["anyOf"] = [{"type": "integer", **ints}, {"type": "string", **strings}]
+    for bound in ("Minimum", "Maximum"):  # OpenAPI 3.0's boolean flags are JSON Schema's exclusive bounds
+        if out.pop(f"exclusive{bound}", False) is True:
+            out[f"exclusive{bound}"] = out.pop(bound.lower())
     if "properties" in schema:
         out["properties"] = {k: to_jsonschema(v, root=False) for k, v in schema["properties"].items()}
         if root:
