@@ -14,8 +14,9 @@ I caps the batch: B* = max B with t(B*) <= I (and within the sequence cap and th
 - waiting requests per replica: at B* a replica frees a batch slot every t(B*)·O/B* seconds on
   average; modelling departures as Poisson at rate r = B*/(t(B*)·O), the q-th waiting request
   starts after an Erlang(q, r) time. The target is the largest q whose p-th percentile of that
-  wait, plus the prompt's own prefill, stays within the TTFT objective: when latency is dominated
-  by queue time, this trigger scales.
+  wait, plus the prompt's own prefill, stays within the TTFT objective; plus the prompts one step
+  admits (max_num_batched_tokens / P), which wait a step at most whenever a batch slot is free:
+  when latency is dominated by queue time, this trigger scales.
 - KV-cache usage per replica: what B* requests of P + O/2 tokens hold, so that long contexts
   that fill the cache before the batch fills scale the fleet as well (at most 0.9).
 
@@ -133,7 +134,8 @@ def derive_thresholds(
             f"above the time-to-first-token objective of {ttft_seconds} s"
         )
     departures = batch / (step * work.output_tokens)
-    waiting = _longest_queue(departures, ttft_seconds - prefill, percentile / 100)
+    admitted = s.max_num_batched_tokens // work.prompt_tokens
+    waiting = _longest_queue(departures, ttft_seconds - prefill, percentile / 100) + admitted
     usage = min(MAX_KV_USAGE, batch * (work.prompt_tokens + work.output_tokens / 2) / capacity)
     return Thresholds(batch, batch / step, max(waiting, 1), usage, step)
 

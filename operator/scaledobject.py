@@ -85,10 +85,16 @@ def build_scaled_object(
         "advanced": {
             "horizontalPodAutoscalerConfig": {
                 "behavior": {
-                    # Scale down slowly: a pod's queue drains before it goes.
+                    # Scale down slowly: a pod's queue drains before it goes. On the queue alone, one pod a
+                    # minute (a queue reads 0 whenever the fleet keeps up); with objectives the throughput
+                    # trigger says what the load needs, and half the pods may go each minute.
                     "scaleDown": {
                         "stabilizationWindowSeconds": a.scaleDownStabilizationSeconds,
-                        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}],
+                        "policies": [
+                            {"type": "Pods", "value": 1, "periodSeconds": 60}
+                            if thresholds is None
+                            else {"type": "Percent", "value": 50, "periodSeconds": 60}
+                        ],
                     },
                     # Scale up at once: waiting requests are users waiting.
                     "scaleUp": {

@@ -38,7 +38,12 @@ def write_plots(timeline: Timeline, objectives: Objectives, folder: Path, title:
     figure(
         "replicas",
         "replicas",
-        [("asked for", timeline.replicas), ("ready", timeline.ready), ("starting", timeline.starting)],
+        [
+            ("asked for", timeline.replicas),
+            ("ready", timeline.ready),
+            ("starting", timeline.starting),
+            ("asleep", timeline.asleep),
+        ],
     )
     figure("queue", "requests", [("waiting", timeline.waiting), ("running", timeline.running)])
     figure(

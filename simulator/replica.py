@@ -2,7 +2,11 @@
 model load) and is seen ready at the next startup probe; then it serves: an EngineCore (the
 engine's own scheduler and KV-cache manager) on a ProfiledExecutor, each step advancing the
 clock by the profile's time for it. Deleted, it is out of the endpoints at once, finishes what it
-holds for up to its drain time and is gone; a pod still starting is gone at once."""
+holds for up to its drain time and is gone; a pod still starting is gone at once.
+
+With a warm pool, a pod can also be asleep (vLLM's sleep mode, level 1: its weights in host
+memory, no KV cache): started into the pool, or put back there after its drain instead of being
+deleted; woken, it serves after the wake time instead of a pod start."""
 
 from __future__ import annotations
 
@@ -17,10 +21,11 @@ from argosy.server.engine.engine_core import EngineCore
 from argosy.server.engine_config import EngineConfig
 from argosy.server.profile.engine_profile import EngineProfile
 from argosy.server.sampling_params import SamplingParams
+from argosy.simulator.host import SharedHost
 from argosy.simulator.profiled_executor import ProfiledExecutor
 from argosy.simulator.requests import SimRequest
 
-State = Literal["starting", "ready", "draining", "gone"]
+State = Literal["starting", "ready", "draining", "asleep", "waking", "gone"]
 STARTUP_PROBE_SECONDS = 10  # operator/deployment.py's startup probe period
 
 
@@ -48,14 +53,17 @@ class Replica:
         start_seconds: float,
         drain_seconds: float,
         max_waiting: int,
+        host: SharedHost | None = None,
     ):
         self.env = env
         self.name = name
         self.state: State = "starting"
+        self.pooled = False  # asleep once started or drained, rather than serving or gone
         self.created = env.now
         self.ended: float | None = None
         self.drain_seconds = drain_seconds
         self.max_waiting = max_waiting
+        self.host = host  # the cores it shares with the other replicas, if it does
         self.executor = ProfiledExecutor(profile)
         self.core = EngineCore(engine_config(profile), self.executor)
         self.requests: dict[str, SimRequest] = {}
@@ -72,6 +80,25 @@ class Replica:
     @property
     def ready(self) -> bool:
         return self.state == "ready"
+
+    @property
+    def serving(self) -> bool:
+        """Counted among the replicas asked for: serving, or on its way to."""
+        return not self.pooled and self.state in ("starting", "waking", "ready")
+
+    def wake(self, seconds: float) -> None:
+        """Out of the pool: serving after the wake time (or once started, if still starting)."""
+        self.pooled = False
+        if self.state == "draining":  # taken back before its drain ended
+            self.state = "ready"
+        elif self.state == "asleep":
+            self.state = "waking"
+            self.env.process(self._woken(seconds))
+
+    def _woken(self, seconds: float):
+        yield self.env.timeout(seconds)
+        if self.state == "waking":
+            self.state = "ready"
 
     def gauges(self) -> dict[str, float]:
         """What its /metrics would say now."""
@@ -102,9 +129,16 @@ class Replica:
         self.requests.pop(request.request_id, None)
         request.error = why
 
-    def delete(self) -> None:
+    def delete(self, to_pool: bool = False) -> None:
+        """Out of the endpoints; with `to_pool`, asleep after its drain rather than gone."""
+        self.pooled = to_pool
         if self.state == "starting":
-            self._end()
+            if not to_pool:
+                self._end()
+        elif self.state == "waking":
+            self.state = "asleep" if to_pool else self.state
+            if not to_pool:
+                self._end()
         elif self.state == "ready":
             self.state = "draining"
             self.env.process(self._drain_deadline())
@@ -122,14 +156,15 @@ class Replica:
     def _start(self, seconds: float):
         yield self.env.timeout(math.ceil(seconds / STARTUP_PROBE_SECONDS) * STARTUP_PROBE_SECONDS)
         if self.state == "starting":
-            self.state = "ready"
+            self.state = "asleep" if self.pooled else "ready"
 
     def _serve(self):
         while self.state != "gone":
             if not self.core.has_unfinished_requests():
                 if self.state == "draining":
-                    self._end()
-                    return
+                    self._drained()
+                    if self.state == "gone":
+                        return
                 self._wake = self.env.event()
                 yield self._wake
                 continue
@@ -137,7 +172,13 @@ class Replica:
             outputs = self.core.step()
             if self.executor.last_seconds == 0.0:
                 raise RuntimeError(f"{self.name}: the engine holds requests but ran no step")
-            yield self.env.timeout(self.executor.last_seconds)
+            seconds = self.executor.last_seconds
+            if self.host is not None:
+                self.host.busy += 1
+                seconds *= self.host.slowdown()
+            yield self.env.timeout(seconds)
+            if self.host is not None:
+                self.host.busy -= 1
             now = self.env.now
             for out in outputs:
                 request = self.requests.get(out.request_id)
@@ -157,6 +198,12 @@ class Replica:
         if self.state == "draining":
             for request in list(self.requests.values()):
                 self.abort(request, "cut off by the pod's shutdown")
+            self._drained()
+
+    def _drained(self) -> None:
+        if self.pooled:
+            self.state = "asleep"
+        else:
             self._end()
 
     def _end(self) -> None:

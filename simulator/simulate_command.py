@@ -36,10 +36,12 @@ class SimulateOptions:
         "an InferenceService YAML whose autoscaling (or replicas) is simulated; default: 1 to 8 replicas on 5 waiting",
     )
     replicas: int | None = setting(None, "a fixed replica count instead of the service's autoscaling")
-    router: str = setting("round_robin", "round_robin or least_requests")
+    router: str = setting("round_robin", "round_robin, least_requests or flow_control (the Endpoint Picker's)")
     pod_start_seconds: float = setting(100.0, "from a pod's creation to its server answering /health")
     scrape_seconds: float = setting(15.0, "Prometheus' scrape interval")
     request_timeout: float = setting(600.0, "a client gives up on a request with no first token by then")
+    warm_pool: int = setting(0, "pods kept asleep (sleep mode level 1) beyond the replicas asked for, woken first")
+    wake_seconds: float = setting(1.0, "from asleep to serving")
     ttft_objective: float = setting(2.0, "seconds to the first token within which a request meets its objective")
     itl_objective: float = setting(0.1, "mean seconds between tokens within which a request meets its objective")
 
@@ -104,6 +106,8 @@ def simulation_config(options: SimulateOptions, objectives):
         pod_start_seconds=options.pod_start_seconds,
         scrape_seconds=options.scrape_seconds,
         request_timeout=options.request_timeout,
+        warm_pool=options.warm_pool,
+        wake_seconds=options.wake_seconds,
     )
 
 

@@ -19,6 +19,7 @@ from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec
 from argosy.server.profile.engine_profile import EngineProfile
 from argosy.simulator.deployment import Deployment
+from argosy.simulator.host import SharedHost
 from argosy.simulator.keda import ScaledObjectController
 from argosy.simulator.prometheus import Prometheus
 from argosy.simulator.replica import Replica
@@ -30,7 +31,7 @@ from argosy.simulator.trace import TraceRequest
 
 OWNER = Owner(name="simulated", namespace="simulated", uid="simulated")
 HPA_SYNC_SECONDS = 15  # --horizontal-pod-autoscaler-sync-period
-RETRY_SECONDS = 0.5  # how often the router looks for a ready replica for what it holds
+RETRY_SECONDS = 0.1  # how often the router offers what it holds again
 
 
 @dataclass
@@ -46,6 +47,9 @@ class SimulationConfig:
     max_waiting_requests: int = 1024  # a pod's queue; beyond it, 503
     sample_seconds: float = 5.0
     until: float = 0.0  # run at least this long, past the trace's end (to watch the fleet scale down)
+    warm_pool: int = 0  # pods kept asleep beyond the replicas asked for
+    wake_seconds: float = 1.0  # from asleep (sleep mode level 1) to serving
+    host_cores: int | None = None  # the replicas share this many cores (a loopback fleet); None: a device each
 
 
 @dataclass
@@ -68,6 +72,7 @@ class Simulation:
             self.keda = ScaledObjectController(build_scaled_object(OWNER, service, thresholds))
         initial = service.replicas if self.keda is None else max(self.keda.min_replicas, 1)
         drain = service.engine.shutdownTimeoutSeconds
+        host = None if config.host_cores is None else SharedHost(config.host_cores)
         self.deployment = Deployment(
             self.env,
             lambda name, started: Replica(
@@ -77,8 +82,11 @@ class Simulation:
                 0.0 if started else config.pod_start_seconds,
                 drain,
                 config.max_waiting_requests,
+                host,
             ),
             initial,
+            config.warm_pool,
+            config.wake_seconds,
         )
         self.held: deque[SimRequest] = deque()
         self.prometheus = Prometheus(self.env, self.deployment, lambda: len(self.held), config.scrape_seconds)

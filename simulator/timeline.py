@@ -19,6 +19,7 @@ class Timeline:
     replicas: list[int] = field(default_factory=list)  # spec.replicas
     ready: list[int] = field(default_factory=list)
     starting: list[int] = field(default_factory=list)
+    asleep: list[int] = field(default_factory=list)  # the warm pool's
     waiting: list[float] = field(default_factory=list)  # in the pods' queues and held by the router
     running: list[float] = field(default_factory=list)
     ttft_p50: list[float] = field(default_factory=list)  # NaN where no first token came
@@ -31,6 +32,7 @@ class Timeline:
         self.replicas.append(deployment.replicas)
         self.ready.append(sum(p.ready for p in pods))
         self.starting.append(sum(p.state == "starting" for p in pods))
+        self.asleep.append(sum(p.state == "asleep" for p in pods))
         self.waiting.append(sum(g["waiting"] for g in gauges) + held)
         self.running.append(sum(g["running"] for g in gauges))
         self.ttft_p50.append(float(np.quantile(firsts, 0.5)) if firsts else float("nan"))

@@ -128,3 +128,12 @@ def test_objectives_never_reverse_within_the_window_under_constant_load(profile,
     ]
     assert reversals == []
     assert max(result.timeline.replicas) <= 12
+
+
+def test_the_lower_bound_runs_each_minutes_replicas_for_that_minute():
+    from argosy.simulator.lower_bound import lower_bound_replica_seconds
+
+    # 100 tokens/s a replica: 30 requests of 1000 tokens in the first minute need 5, none in the second 1.
+    trace = [TraceRequest(i, 10, 1000) for i in range(30)] + [TraceRequest(119.0, 10, 10)]
+    assert lower_bound_replica_seconds(trace, 100.0, min_replicas=1) == (5 + 1) * 60
+    assert lower_bound_replica_seconds(trace, 100.0, min_replicas=2) == (5 + 2) * 60
