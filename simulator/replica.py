@@ -29,19 +29,17 @@ State = Literal["starting", "ready", "draining", "asleep", "waking", "gone"]
 STARTUP_PROBE_SECONDS = 10  # operator/deployment.py's startup probe period
 
 
+# The settings a profile records that shape the scheduling (all but the model, which may be elsewhere).
+SCHEDULING = {"block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "enable_chunked_prefill",
+              "enable_prefix_caching"}  # fmt: skip
+
+
 def engine_config(profile: EngineProfile) -> EngineConfig:
     """The profiled engine's settings; its model's config where the checkpoint is on this machine,
     else the embedded default model's (a simulated replica reads only the vocabulary and limits)."""
     s = profile.settings
-    return EngineConfig(
-        model=s.model if (Path(s.model) / "config.json").is_file() else None,
-        block_size=s.block_size,
-        max_num_seqs=s.max_num_seqs,
-        max_num_batched_tokens=s.max_num_batched_tokens,
-        max_model_len=s.max_model_len,
-        enable_chunked_prefill=s.enable_chunked_prefill,
-        enable_prefix_caching=s.enable_prefix_caching,
-    )
+    model = s.model if (Path(s.model) / "config.json").is_file() else None
+    return EngineConfig(model=model, **s.model_dump(include=SCHEDULING))
 
 
 class Replica:

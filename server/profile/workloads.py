@@ -16,7 +16,7 @@ from argosy.server.profile.shape_recorder import ShapeRecorder
 from argosy.server.profile.step_shape import StepShape
 from argosy.server.sampling_params import SamplingParams
 
-DECODE_TOKENS = 24  # per request of a decode batch: the batch decodes this many steps at about its context
+DECODE_TOKENS = 24  # steps a decode batch decodes together, once all of it is admitted
 
 
 @dataclass(frozen=True)
@@ -29,8 +29,8 @@ class Grid:
 
 FULL = Grid(
     prompt_lengths=(16, 64, 128, 256, 512, 1024, 2048),
-    decode_batches=((128, (1, 2, 4, 8, 16, 32, 64)), (1024, (1, 4, 16)), (3072, (1, 4))),
-    mixed=((4, 256, 128), (8, 256, 512), (16, 512, 256), (4, 1024, 1024)),
+    decode_batches=((128, (1, 2, 4, 8, 16, 32, 64, 128)), (512, (32, 96)), (1024, (1, 4, 16)), (3072, (1, 4))),
+    mixed=((4, 256, 128), (8, 256, 512), (16, 512, 256), (4, 1024, 1024), (64, 384, 384), (128, 256, 256)),
     repeats=2,
 )
 QUICK = Grid(prompt_lengths=(16, 64), decode_batches=((32, (1, 4)),), mixed=((2, 32, 32),), repeats=1)
@@ -55,11 +55,16 @@ class ProfileRun:
         for context, batches in grid.decode_batches:
             for batch in self._fitting(batches, context):
                 progress(f"decode {batch} x {context}")
-                self._drive([(context, DECODE_TOKENS)] * batch)
+                self._drive([(context, self._decode_steps(batch, context))] * batch)
         for batch, context, prompt in grid.mixed:
             if self._fitting((batch + 2,), context + prompt):
                 progress(f"decode {batch} x {context} + prompts of {prompt}")
                 self._drive_mixed(batch, context, prompt)
+
+    def _decode_steps(self, batch: int, context: int) -> int:
+        """Enough tokens that the whole batch is admitted (a few prompts a step, within the step's
+        token budget) before the first of it finishes, then decodes DECODE_TOKENS steps together."""
+        return DECODE_TOKENS + -(-batch * context // self.core.limits.max_num_batched_tokens) + 1
 
     def _fitting(self, batches: tuple[int, ...], context: int) -> list[int]:
         limits = self.core.limits
@@ -94,8 +99,8 @@ class ProfileRun:
     def _drive_mixed(self, batch: int, context: int, prompt: int) -> None:
         """`batch` sequences decoding, joined by a new prompt every few steps."""
         for _ in range(batch):
-            self._add(context, 4 * DECODE_TOKENS)
-        for step in range(3 * DECODE_TOKENS):
+            self._add(context, 4 * DECODE_TOKENS + self._decode_steps(batch, context))
+        for step in range(3 * DECODE_TOKENS + self._decode_steps(batch, context)):
             if step % 8 == 4:
                 self._add(prompt, 2)
             self._step()
