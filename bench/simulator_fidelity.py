@@ -7,7 +7,9 @@ replica count, the same router policy and the replicas sharing this machine's co
 
 Per trace: median TTFT, median TPOT (each request's mean time between its tokens: the streamed
 chunks of random-token prompts do not map one to one onto tokens, the usage counts do), p90 TTFT,
-and output tokens/s over the run, real beside simulated. Target: medians and throughput within
+and output tokens/s over the run, real beside simulated; and the mean engine step (the servers'
+step histogram, the simulated steps' times), which tells the engine's share of a difference from
+the rest's (HTTP, the API processes, the client, all on the same cores). Target: medians and throughput within
 15% (10% hoped for). The profile is made when missing, with one thread and the servers' engine
 flags (two to three minutes)."""
 
@@ -28,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
+from prometheus_client.parser import text_string_to_metric_families
 from servers import free_port, start, stop, wait_healthy
 
 from argosy.operator.spec import InferenceServiceSpec
@@ -52,6 +56,7 @@ class Measured:
     tokens: int = 0
     errors: int = 0
     span: float = 0.0
+    step: float = 0.0  # mean engine step
 
 
 async def one(client: httpx.AsyncClient, url: str, request: TraceRequest, rng: random.Random, into: Measured) -> None:
@@ -111,8 +116,11 @@ def simulate(profile: EngineProfile, trace: list[TraceRequest], replicas: int) -
     config = SimulationConfig(
         profile, trace, spec, Objectives(1.0, 0.1), router="round_robin", host_cores=os.cpu_count()
     )
-    result = Simulation(config).run()
-    measured = Measured(span=result.summary.duration)
+    sim = Simulation(config)
+    result = sim.run()
+    pods = sim.deployment.pods + sim.deployment.ended
+    step = sum(p.step_seconds for p in pods) / sum(p.steps for p in pods)
+    measured = Measured(span=result.summary.duration, step=step)
     for r in result.requests:
         if r.error is not None or r.ttft is None:
             measured.errors += 1
@@ -130,7 +138,39 @@ def figures(m: Measured) -> dict[str, float]:
         "TTFT p90 (s)": statistics.quantiles(m.ttfts, n=10)[-1],
         "TPOT p50 (s)": statistics.median(m.tpots),
         "output tok/s": m.tokens / m.span,
+        "step mean (s)": m.step,
     }
+
+
+def cpu_seconds(servers: list[subprocess.Popen], router: subprocess.Popen) -> dict[str, float]:
+    """CPU seconds used so far by the engine cores (the servers' children), the API processes, the
+    router and this client."""
+
+    def used(process: psutil.Process) -> float:
+        times = process.cpu_times()
+        return times.user + times.system
+
+    found = {"engine cores": 0.0, "API processes": 0.0}
+    for server in servers:
+        api = psutil.Process(server.pid)
+        found["API processes"] += used(api)
+        found["engine cores"] += sum(used(child) for child in api.children(recursive=True))
+    found["router"] = used(psutil.Process(router.pid))
+    found["client"] = used(psutil.Process())
+    return found
+
+
+def step_totals(urls: list[str]) -> tuple[float, float]:
+    """The servers' engine step histograms: (seconds, steps) summed."""
+    seconds = steps = 0.0
+    for url in urls:
+        for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+            for sample in family.samples:
+                if sample.name == "argosy_engine_step_duration_seconds_sum":
+                    seconds += sample.value
+                elif sample.name == "argosy_engine_step_duration_seconds_count":
+                    steps += sample.value
+    return seconds, steps
 
 
 def main() -> int:
@@ -168,7 +208,12 @@ def main() -> int:
         asyncio.run(replay(router_url, [TraceRequest(0.0, 64, 8)] * args.replicas))  # first steps warm the kernels
         for name in args.traces:
             trace = generate(TRACES[name])
+            before, cpu_before = step_totals(urls), cpu_seconds(servers, router)
             real = asyncio.run(replay(router_url, trace))
+            after, cpu_after = step_totals(urls), cpu_seconds(servers, router)
+            real.step = (after[0] - before[0]) / (after[1] - before[1])
+            cpu = {k: (cpu_after[k] - cpu_before[k]) / real.span for k in cpu_after}
+            print(f"{name}: cores busy, by process: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
             sim = simulate(profile, trace, args.replicas)
             for (metric, value), simulated in zip(figures(real).items(), figures(sim).values()):
                 rows.append((name, metric, value, simulated))

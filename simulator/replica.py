@@ -69,6 +69,8 @@ class Replica:
         self._wake = env.event()
         self._prompts = 0
         self._generated = 0
+        self.steps = 0  # run, and their simulated seconds: the engine's step histogram
+        self.step_seconds = 0.0
         if start_seconds > 0:
             env.process(self._start(start_seconds))
         else:
@@ -174,6 +176,8 @@ class Replica:
             if self.host is not None:
                 self.host.busy += 1
                 seconds *= self.host.slowdown()
+            self.steps += 1
+            self.step_seconds += seconds
             yield self.env.timeout(seconds)
             if self.host is not None:
                 self.host.busy -= 1

@@ -97,12 +97,14 @@ class ProfileRun:
             self._step(record)
 
     def _drive_mixed(self, batch: int, context: int, prompt: int) -> None:
-        """`batch` sequences decoding, joined by a new prompt every few steps."""
+        """`batch` sequences decoding, joined by a new prompt every few steps; what is left when
+        the steps are taken is aborted (its decoding alone is timed elsewhere)."""
+        steps = 3 * DECODE_TOKENS + self._decode_steps(batch, context)
         for _ in range(batch):
-            self._add(context, 4 * DECODE_TOKENS + self._decode_steps(batch, context))
-        for step in range(3 * DECODE_TOKENS + self._decode_steps(batch, context)):
+            self._add(context, steps + 1)
+        for step in range(steps):
             if step % 8 == 4:
                 self._add(prompt, 2)
             self._step()
-        while self.core.has_unfinished_requests():
-            self._step()
+        for request_id in list(self.core.requests):
+            self.core.abort(request_id)
