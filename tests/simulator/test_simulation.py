@@ -137,3 +137,40 @@ def test_the_lower_bound_runs_each_minutes_replicas_for_that_minute():
     trace = [TraceRequest(i, 10, 1000) for i in range(30)] + [TraceRequest(119.0, 10, 10)]
     assert lower_bound_replica_seconds(trace, 100.0, min_replicas=1) == (5 + 1) * 60
     assert lower_bound_replica_seconds(trace, 100.0, min_replicas=2) == (5 + 2) * 60
+
+
+def test_a_warm_pool_serves_a_burst_in_the_wake_time(profile):
+    trace = generate("poisson:rate=12,duration=120,prompt=400,output=50,seed=5")
+    spec = service(minReplicas=1, maxReplicas=3, targetWaitingRequests=2, scaleDownStabilizationSeconds=60)
+    cold = run(profile, trace, spec, pod_start_seconds=600, until=700)
+    warm = run(profile, trace, spec, pod_start_seconds=600, until=700, warm_pool=2, wake_seconds=1.0)
+    # Cold, the new pods arrive after the burst; warm, the asleep pods serve within a sync and the wake.
+    assert max(cold.timeline.ready[: 150 // 5]) == 1
+    assert max(warm.timeline.ready[: 40 // 5]) == 3
+    assert warm.summary.ttft_p99 < cold.summary.ttft_p99 / 2
+    # The pool is refilled (new pods start), and asleep pods are paid for.
+    assert max(warm.timeline.starting) == 2
+    assert warm.timeline.asleep[0] == 2
+    assert warm.summary.replica_seconds > cold.summary.replica_seconds
+    # Scaled back down, drained pods go back to sleep while the pool has room.
+    assert warm.timeline.replicas[-1] == 1 and warm.timeline.asleep[-1] == 2
+
+
+def test_replicas_sharing_a_core_take_turns(profile):
+    trace = [TraceRequest(0.0, 100, 1), TraceRequest(0.0, 100, 1)]
+    alone = profile.step_seconds(StepShape(1, 100, 100 * 101 / 2 / 1000, 0, 0, 1))
+    shared = run(profile, trace, service().model_copy(update={"replicas": 2}), host_cores=1)
+    # The first step starts alone on the core; the second starts beside it and runs at half speed.
+    assert sorted(r.ttft for r in shared.requests) == pytest.approx([alone, 2 * alone])
+    separate = run(profile, trace, service().model_copy(update={"replicas": 2}))
+    assert [r.ttft for r in separate.requests] == pytest.approx([alone, alone])
+
+
+def test_flow_control_holds_requests_while_every_replica_is_saturated(profile):
+    # One replica, prompts far beyond what it admits at once: beyond 5 waiting, the gateway holds the rest.
+    trace = [TraceRequest(0.0, 2000, 5) for _ in range(30)]
+    result = run(profile, trace, service(), router="flow_control")
+    assert max(result.timeline.waiting) > 5  # the pod's 5 and the held ones
+    assert all(r.done and r.error is None for r in result.requests)
+    held_first = sorted(result.requests, key=lambda r: r.first_token)
+    assert [r.request_id for r in held_first] == [r.request_id for r in result.requests]  # in order
