@@ -15,7 +15,7 @@ between --diurnal-low and --diurnal-high over two periods of an hour). Per load:
   advance and started at once).
 
 Every policy scales from minReplicas 1 with --pod-start-seconds pod starts. The profile is made
-with `argosy profile` when the file is missing (two to three minutes)."""
+with `argosy profile` when the file is missing (about eight minutes on two CPU cores)."""
 
 from __future__ import annotations
 

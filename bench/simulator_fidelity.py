@@ -11,7 +11,7 @@ and output tokens/s over the run, real beside simulated; and the mean engine ste
 step histogram, the simulated steps' times), which tells the engine's share of a difference from
 the rest's (HTTP, the API processes, the client, all on the same cores). Target: medians and throughput within
 15% (10% hoped for). The profile is made when missing, with one thread and the servers' engine
-flags (two to three minutes)."""
+flags (about twenty minutes on one CPU thread)."""
 
 from __future__ import annotations
 
