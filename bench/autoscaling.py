@@ -74,7 +74,7 @@ def main() -> int:
     args = parser.parse_args()
     if not Path(args.profile).is_file():
         # Steps of at most 256 tokens: a 2048-token chunk takes about 2 s on a CPU, above any ITL objective.
-        profile_command = [sys.executable, "-m", "argosy", "profile", "--max-num-batched-tokens", "256"]
+        profile_command = [sys.executable, "-P", "-m", "argosy.cli", "profile", "--max-num-batched-tokens", "256"]
         subprocess.run([*profile_command, "--output", args.profile], check=True)
     profile = EngineProfile.load(args.profile)
     objectives = {
