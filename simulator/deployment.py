@@ -30,7 +30,7 @@ class Deployment:
         self.warm_pool = warm_pool
         self.wake_seconds = wake_seconds
         self._names = 0
-        self.pods: list[Replica] = []  # live: starting, ready or draining
+        self.pods: list[Replica] = []  # not gone: starting, ready, draining, asleep or waking
         self.ended: list[Replica] = []  # gone, kept for the replica-seconds
         self.replicas = 0
         self.scale_events: list[tuple[float, int, int]] = []  # (time, from, to)

@@ -40,7 +40,7 @@ class Prometheus:
 
     def _scrape(self, env: simpy.Environment):
         while True:
-            self.scraped = [pod.gauges() for pod in self.deployment.pods if pod.state in ("ready", "draining")]
+            self.scraped = [pod.gauges() for pod in self.deployment.pods if pod.scraped]
             self.scraped_held = self.held()
             d = self.deployment
             self.generated.append((env.now, sum(pod.generated for pod in d.pods + d.ended)))

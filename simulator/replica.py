@@ -68,18 +68,23 @@ class Replica:
         self._vocab = self.core.model_config.vocab_size
         self._wake = env.event()
         self._prompts = 0
-        self._generated = 0
+        self.generated = 0  # its counter of generated tokens
         self.steps = 0  # run, and their simulated seconds: the engine's step histogram
         self.step_seconds = 0.0
         if start_seconds > 0:
             env.process(self._start(start_seconds))
         else:
             self.state = "ready"
-        self._serving = env.process(self._serve())
+        env.process(self._serve())
 
     @property
     def ready(self) -> bool:
         return self.state == "ready"
+
+    @property
+    def scraped(self) -> bool:
+        """Its server answers /metrics: serving, or draining."""
+        return self.state in ("ready", "draining")
 
     @property
     def serving(self) -> bool:
@@ -106,11 +111,6 @@ class Replica:
         kv = self.core.kv
         return {"waiting": waiting, "running": running, "kv_usage": kv.num_used_blocks / kv.num_blocks}
 
-    @property
-    def generated(self) -> int:
-        """Its counter of generated tokens."""
-        return self._generated
-
     def submit(self, request: SimRequest) -> bool:
         """Queues a request; False when its queue is full (the server's 503)."""
         if self.core.num_requests()[0] >= self.max_waiting:
@@ -136,8 +136,9 @@ class Replica:
             if not to_pool:
                 self._end()
         elif self.state == "waking":
-            self.state = "asleep" if to_pool else self.state
-            if not to_pool:
+            if to_pool:
+                self.state = "asleep"
+            else:
                 self._end()
         elif self.state == "ready":
             self.state = "draining"
@@ -187,7 +188,7 @@ class Replica:
                 if request is None:  # aborted while its step ran
                     continue
                 request.tokens_at(now, len(out.new_token_ids))
-                self._generated += len(out.new_token_ids)
+                self.generated += len(out.new_token_ids)
                 if out.finish_reason is not None:
                     request.finished = now
                     del self.requests[out.request_id]

@@ -92,6 +92,7 @@ class Simulation:
         self.prometheus = Prometheus(self.env, self.deployment, lambda: len(self.held), config.scrape_seconds)
         self.router = Router(config.router)
         self.requests: list[SimRequest] = []
+        self._open: list[SimRequest] = []  # arrived and not done, as of the last look
         self.timeline = Timeline()
 
     def run(self, progress: Callable[[float], None] = lambda _: None) -> SimulationResult:
@@ -106,8 +107,7 @@ class Simulation:
         if self.keda is not None:
             env.process(self._keda())
             env.process(self._hpa())
-        horizon = end_of_trace + config.request_timeout + 60
-        horizon = max(horizon, config.until)
+        horizon = max(end_of_trace + config.request_timeout + 60, config.until)
         while env.peek() < horizon and not (env.now >= max(end_of_trace, config.until) and self._all_done()):
             env.step()
             progress(env.now)
@@ -123,13 +123,16 @@ class Simulation:
         return SimulationResult(summary, self.timeline, self.requests, self.deployment.scale_events)
 
     def _all_done(self) -> bool:
-        return len(self.requests) == len(self.config.trace) and all(r.done for r in self.requests)
+        """Checked after every event past the trace's end: only the requests still open are looked at."""
+        self._open = [r for r in self._open if not r.done]
+        return len(self.requests) == len(self.config.trace) and not self._open
 
     def _arrivals(self):
         for i, trace in enumerate(self.config.trace):
             yield self.env.timeout(max(0.0, trace.time - self.env.now))
             request = SimRequest(f"r{i}", trace, self.env.now)
             self.requests.append(request)
+            self._open.append(request)
             if self.held or not self._route(request):  # behind the ones held already
                 self.held.append(request)
 
@@ -158,7 +161,7 @@ class Simulation:
                 for request in [r for r in pod.requests.values() if r.first_token is None and r.arrival < late]:
                     pod.abort(request, "timed out before its first token")
             while self.held and self.held[0].arrival < late:
-                self.held.popleft().error = "timed out with no replica ready"
+                self.held.popleft().error = "timed out held by the router"
 
     def _keda(self):
         while True:

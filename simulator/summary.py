@@ -45,7 +45,7 @@ def summarise(
 ) -> Summary:
     served = [r for r in requests if r.error is None and r.first_token is not None]
     ttfts = np.array([r.ttft for r in served]) if served else np.zeros(1)
-    gaps = np.concatenate([np.asarray(r.gaps) for r in served]) if served else np.zeros(1)
+    gaps = np.concatenate([np.zeros(0), *(np.asarray(r.gaps) for r in served)])
     if gaps.size == 0:
         gaps = np.zeros(1)
     within = sum(

@@ -27,7 +27,7 @@ class Timeline:
 
     def sample(self, now: float, deployment: Deployment, held: int, firsts: list[float]) -> None:
         pods = deployment.pods
-        gauges = [p.gauges() for p in pods if p.state in ("ready", "draining")]
+        gauges = [p.gauges() for p in pods if p.scraped]
         self.time.append(now)
         self.replicas.append(deployment.replicas)
         self.ready.append(sum(p.ready for p in pods))

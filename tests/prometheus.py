@@ -4,6 +4,7 @@ attaches, and instant queries against it."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,3 +58,13 @@ def prometheus_scraping(folder: Path, targets: list[tuple[str, str, str]]) -> It
 def query(prometheus: str, promql: str) -> float | None:
     result = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}).json()["data"]["result"]
     return float(result[0]["value"][1]) if result else None
+
+
+def check_rules(folder: Path, name: str, queries: list[str]) -> subprocess.CompletedProcess:
+    """`promtool check rules` on a rule file recording each query: Prometheus' own parser."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool comes with Prometheus: apt-get install -y prometheus (the README's test command does)"
+    rules = [{"record": f"argosy:q{i}", "expr": q} for i, q in enumerate(queries)]
+    path = folder / f"{name}.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": name, "rules": rules}]}))
+    return subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)

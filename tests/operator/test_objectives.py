@@ -14,6 +14,7 @@ from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec, ObjectivesSpec
 from tests.operator.cluster import AIS, NS, SCALED_OBJECTS, eventually, inference_service, live, path, running_operator
 from tests.operator.crd_schema import add_on_rejections
+from tests.prometheus import check_rules
 from tests.simulator.conftest import COEFFICIENTS, fit_free_profile
 
 OBJECTIVES = {"timeToFirstTokenSeconds": 2, "interTokenLatencySeconds": 0.05, "promptTokens": 400, "outputTokens": 100}
@@ -76,7 +77,7 @@ def scaled(spec_autoscaling: dict, thresholds):
     return build_scaled_object(Owner(name="llama", namespace=NS, uid="u"), spec, thresholds)
 
 
-def test_the_scaled_object_scales_on_the_derived_thresholds(profile):
+def test_the_scaled_object_scales_on_the_derived_thresholds(profile, tmp_path):
     thresholds = derive_thresholds(profile, 5.0, 0.05, 99, Workload(400, 100))
     obj = scaled({"objectives": {**OBJECTIVES, "profileConfigMap": "p"}}, thresholds)
     assert add_on_rejections(obj) == []
@@ -87,6 +88,9 @@ def test_the_scaled_object_scales_on_the_derived_thresholds(profile):
     assert "rate(argosy_generation_tokens_total{" in triggers["output-tokens"]["query"]
     assert "[1m])" in triggers["output-tokens"]["query"]
     # A threshold the user sets wins.
+    queries = [t["metadata"]["query"] for t in obj["spec"]["triggers"]]
+    checked = check_rules(tmp_path, "objectives", queries)  # Prometheus' own parser reads them
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     mine = scaled({"targetWaitingRequests": 3, "objectives": {**OBJECTIVES, "profileConfigMap": "p"}}, thresholds)
     assert {t["name"]: t["metadata"]["threshold"] for t in mine["spec"]["triggers"]}["waiting-requests"] == "3"
 

@@ -4,11 +4,7 @@ conditions on the route and the pool."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
-import yaml
 
 from argosy.operator.deployment import build_deployment
 from argosy.operator.reconcile import desired_objects, dropped_objects
@@ -19,6 +15,7 @@ from argosy.operator.spec import InferenceServiceSpec
 from argosy.operator.status import compute_status
 from tests.operator.specs import SPECS
 from tests.operator.test_builders import OWNER, spec_of
+from tests.prometheus import check_rules
 
 
 def objects_of(name: str) -> dict[str, dict]:
@@ -121,8 +118,6 @@ def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
 
 
 def test_every_generated_query_is_valid_promql(tmp_path):
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool comes with Prometheus: apt-get install -y prometheus (the README's test command does)"
     queries = {
         trigger["metadata"]["query"]
         for name in SPECS
@@ -133,19 +128,9 @@ def test_every_generated_query_is_valid_promql(tmp_path):
     running = waiting_requests_query(OWNER).replace("waiting", "running")
     decode_role = waiting_requests_query(OWNER.as_role("decode"))  # spec.disaggregation's scaled role
     assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER), running, decode_role}
-    rules = {
-        "groups": [
-            {"name": "argosy", "rules": [{"record": f"argosy:q{i}", "expr": q} for i, q in enumerate(sorted(queries))]}
-        ]
-    }
-    broken = {"groups": [{"name": "broken", "rules": [{"record": "argosy:broken", "expr": 'sum(x{a="b") or'}]}]}
-    results = {}
-    for name, content in (("generated", rules), ("broken", broken)):
-        path = tmp_path / f"{name}.rules.yaml"
-        path.write_text(yaml.safe_dump(content))
-        results[name] = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
-    assert results["generated"].returncode == 0, results["generated"].stdout + results["generated"].stderr
-    assert results["broken"].returncode != 0  # promtool does parse the expressions
+    generated = check_rules(tmp_path, "generated", sorted(queries))
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    assert check_rules(tmp_path, "broken", ['sum(x{a="b") or']).returncode != 0  # promtool does parse them
 
 
 # --- status: the Gateway's conditions on the route and the pool ---------------------------------

@@ -18,6 +18,7 @@ OWNER = Owner(name="svc", namespace="ns", uid="u")
 class Pod:
     def __init__(self, state, waiting, running, kv, generated=0):
         self.state, self.generated = state, generated
+        self.scraped = state in ("ready", "draining")
         self._gauges = {"waiting": waiting, "running": running, "kv_usage": kv}
 
     def gauges(self):
