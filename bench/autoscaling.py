@@ -11,11 +11,14 @@ between --diurnal-low and --diurnal-high over two periods of an hour). Per load:
 - `objectives`: the thresholds derived from the objectives (--ttft, --itl) and the profile;
 - `+ warm pool`: the same with --warm-pool pods kept asleep, woken in --wake-seconds (their time
   asleep counts in the replica-seconds: they hold their accelerators);
+- `fixed at peak`: no autoscaling, the replicas of the busiest minute all the time;
 - `lower bound`: the perfect-knowledge fleet's replica-seconds (each minute's replicas known in
   advance and started at once).
 
-Every policy scales from minReplicas 1 with --pod-start-seconds pod starts. The profile is made
-with `argosy profile` when the file is missing (about eight minutes on two CPU cores)."""
+Every fleet starts as it stood before the load began: serving with the replicas its first minute
+needs (the lower bound's), then scaling between minReplicas 1 and --max-replicas with
+--pod-start-seconds pod starts. The profile is made with `argosy profile` when the file is missing
+(about eight minutes on two CPU cores)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from pathlib import Path
 from argosy.operator.objectives import thresholds_for
 from argosy.operator.spec import InferenceServiceSpec
 from argosy.server.profile.engine_profile import EngineProfile
-from argosy.simulator.lower_bound import lower_bound_replica_seconds
+from argosy.simulator.lower_bound import lower_bound_replica_seconds, replicas_needed
 from argosy.simulator.plots import write_plots
 from argosy.simulator.simulation import Simulation, SimulationConfig, SimulationResult
 from argosy.simulator.summary import Objectives
@@ -37,13 +40,15 @@ from argosy.simulator.workload import generate
 BURSTY_RATES = (15, 2, 10, 15, 5, 2)
 
 
-def service(objectives: dict | None, max_replicas: int, router: str) -> InferenceServiceSpec:
+def service(objectives: dict | None, max_replicas: int, router: str, fixed: int | None = None) -> InferenceServiceSpec:
+    """Scaled on the queue (no objectives), on the objectives, or `fixed` replicas."""
     autoscaling = {"minReplicas": 1, "maxReplicas": max_replicas, "prometheusAddress": "http://prometheus:9090"}
     if objectives is None:
         autoscaling["targetWaitingRequests"] = 5
     else:
         autoscaling["objectives"] = objectives
-    spec = {"model": {"name": "m", "path": "m", "hostPath": "/m"}, "autoscaling": autoscaling}
+    spec = {"model": {"name": "m", "path": "m", "hostPath": "/m"}}
+    spec |= {"replicas": fixed} if fixed is not None else {"autoscaling": autoscaling}
     if router == "flow_control":  # behind the Endpoint Picker: its held requests are a trigger too
         spec["routing"] = {"endpointPicker": {"name": "picker"}}
     return InferenceServiceSpec.model_validate(spec)
@@ -93,33 +98,36 @@ def main() -> int:
         f"{lengths},seed=2",
     }
     header = (
-        f"{'load':<9}{'policy':<12}{'in TTFT':>9}{'in SLO':>8}{'errors':>7}{'TTFT p50':>10}{'TTFT p99':>10}"
+        f"{'load':<9}{'policy':<14}{'in TTFT':>9}{'in SLO':>8}{'errors':>7}{'TTFT p50':>10}{'TTFT p99':>10}"
         f"{'ITL p99':>9}{'replica-s':>11}{'x bound':>9}{'scalings':>9}{'reversals':>10}{'max':>5}"
     )
     rows = []
     for load, spec in loads.items():
         trace = generate(spec)
+        needed = replicas_needed(trace, derived.tokens_per_second, 1)
         bound = lower_bound_replica_seconds(trace, derived.tokens_per_second, 1)
-        for policy, policy_objectives, pool in (
-            ("queue", None, 0),
-            ("objectives", objectives, 0),
-            ("+ warm pool", objectives, args.warm_pool),
+        for policy, policy_objectives, pool, fixed in (
+            ("queue", None, 0, None),
+            ("objectives", objectives, 0, None),
+            ("+ warm pool", objectives, args.warm_pool, None),
+            ("fixed at peak", None, 0, max(needed)),
         ):
             config = SimulationConfig(
                 profile,
                 trace,
-                service(policy_objectives, args.max_replicas, args.router),
+                service(policy_objectives, args.max_replicas, args.router, fixed),
                 Objectives(args.ttft, args.itl),
                 router=args.router,
                 pod_start_seconds=args.pod_start_seconds,
                 warm_pool=pool,
                 wake_seconds=args.wake_seconds,
+                initial_replicas=needed[0],
             )
             result = Simulation(config).run()
             s = result.summary
             in_ttft = sum(1 for r in result.requests if r.error is None and r.ttft is not None and r.ttft <= args.ttft)
             rows.append(
-                f"{load:<9}{policy:<12}{in_ttft / s.requests:>9.1%}{s.slo_attainment:>8.1%}{s.errors:>7}"
+                f"{load:<9}{policy:<14}{in_ttft / s.requests:>9.1%}{s.slo_attainment:>8.1%}{s.errors:>7}"
                 f"{s.ttft_p50:>10.2f}{s.ttft_p99:>10.2f}{s.itl_p99:>9.3f}{s.replica_seconds:>11.0f}"
                 f"{s.replica_seconds / bound:>9.2f}{s.scale_events:>9}{reversals(result):>10}{s.max_replicas:>5}"
             )
@@ -128,7 +136,7 @@ def main() -> int:
                 folder = Path(args.plots) / f"{load}-{policy.removeprefix('+ ').replace(' ', '-')}"
                 folder.mkdir(parents=True, exist_ok=True)
                 write_plots(result.timeline, config.objectives, folder, f"{load}, {policy}")
-        rows.append(f"{load:<9}{'lower bound':<12}{'':>43}{bound:>11.0f}{1:>9.2f}")
+        rows.append(f"{load:<9}{'lower bound':<14}{'':>43}{bound:>11.0f}{1:>9.2f}")
     print(f"\nprofile: {profile.machine}")
     print(f"loads: {'; '.join(f'{k} {v}' for k, v in loads.items())}")
     print(f"pods start in {args.pod_start_seconds:g} s; router {args.router}; warm pool {args.warm_pool}")

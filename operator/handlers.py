@@ -5,7 +5,9 @@ Handlers are registered per Controller: one of Argosy's kinds (its description),
 that reconciles an object of it, and the kinds it creates, whose changes reconcile their owner.
 A ModelCache is reconciled on every change, its status included: the agents write their
 entries there, so a node that comes to hold a copy, or stops, is counted then (a timer would
-cost every ModelCache a kopf finalizer). Every InferenceService that uses it is reconciled too."""
+cost every ModelCache a kopf finalizer). Every InferenceService that uses it is reconciled too,
+as is every one whose objectives name an engine profile's ConfigMap that changed (those labelled
+managed-by argosy-profile: the API server filters the ConfigMap watch to them and Argosy's own)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from typing import Any
 import kopf
 
 from argosy.operator.custom_resource import CustomResource
-from argosy.operator.kinds import GROUP, INFERENCE_SERVICE, MODEL_CACHE, OWNED_KINDS, Kind
+from argosy.operator.kinds import CONFIG_MAP, GROUP, INFERENCE_SERVICE, MODEL_CACHE, OWNED_KINDS, Kind
 from argosy.operator.kube import KubeClient
-from argosy.operator.labels import MANAGED_BY
+from argosy.operator.labels import MANAGED_BY, MANAGED_BY_LABEL, PROFILE_MANAGED_BY
 from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
 from argosy.operator.model_cache.reconcile import reconcile_cache
 from argosy.operator.model_cache.resource import MODEL_CACHE_RESOURCE
@@ -29,7 +31,8 @@ from argosy.operator.reconcile import ReconcileResult, reconcile
 from argosy.operator.resource import INFERENCE_SERVICE_RESOURCE
 from argosy.operator.status import ready_condition
 
-MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+CONFIG_MAP_SELECTOR = f"{MANAGED_BY_LABEL} in ({MANAGED_BY},{PROFILE_MANAGED_BY})"
 MAX_RETRY_DELAY = 300
 
 # One lock per object: its reconciles never overlap.
@@ -56,6 +59,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     for controller in CONTROLLERS:  # watch only our own objects, filtered by the API server
         for kind in controller.owned:
             settings.watching.label_selectors[kind.resource] = MANAGED_SELECTOR
+    settings.watching.label_selectors[CONFIG_MAP.resource] = CONFIG_MAP_SELECTOR
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -102,10 +106,22 @@ for _controller in CONTROLLERS:
 @kopf.on.event(*MODEL_CACHE.resource, id="modelcaches/services_using")
 def cache_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A ModelCache's copies changed: the services that use it report it, and may run now."""
+    _reconcile_services_naming(memo, body, lambda spec: ((spec.get("model") or {}).get("cacheRef") or {}).get("name"))
+
+
+@kopf.on.event(*CONFIG_MAP.resource, labels={MANAGED_BY_LABEL: PROFILE_MANAGED_BY}, id="configmaps/profiles")
+def profile_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """An engine profile changed: the services whose objectives name it derive their thresholds again."""
+    _reconcile_services_naming(
+        memo, body, lambda spec: ((spec.get("autoscaling") or {}).get("objectives") or {}).get("profileConfigMap")
+    )
+
+
+def _reconcile_services_naming(memo: kopf.Memo, body: kopf.Body, reference: Callable[[dict], str | None]) -> None:
+    """Reconciles the InferenceServices of the object's namespace whose spec names it (`reference(spec)`)."""
     meta = body.get("metadata") or {}
     for service in memo.kube.list(INFERENCE_SERVICE, meta["namespace"]):
-        ref = ((service.get("spec") or {}).get("model") or {}).get("cacheRef") or {}
-        if ref.get("name") == meta["name"]:
+        if reference(service.get("spec") or {}) == meta["name"]:
             _reconcile(memo.kube, SERVICES, meta["namespace"], service["metadata"]["name"], memo.cache_root)
 
 

@@ -9,7 +9,11 @@ from argosy.operator.kinds import Kind
 from argosy.operator.owner import Owner
 from argosy.server.interface import SERVER_PORT
 
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "argosy-operator"
+# An engine profile's ConfigMap (made from `argosy profile`'s file): the operator watches those too, so that
+# a new profile re-derives the thresholds of the services whose objectives name it.
+PROFILE_MANAGED_BY = "argosy-profile"
 
 
 ROLE_LABEL = "argosy.dev/role"  # prefill or decode, under spec.disaggregation
@@ -23,7 +27,7 @@ def selector_labels(owner: Owner) -> dict[str, str]:
 
 
 def labels(owner: Owner) -> dict[str, str]:
-    return {**selector_labels(owner), "app.kubernetes.io/managed-by": MANAGED_BY, owner.kind.owner_label: owner.name}
+    return {**selector_labels(owner), MANAGED_BY_LABEL: MANAGED_BY, owner.kind.owner_label: owner.name}
 
 
 def selector_string(owner: Owner) -> str:

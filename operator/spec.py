@@ -640,7 +640,7 @@ class ObjectivesSpec(KubeModel):
         max_length=253,
         description="The ConfigMap in the service's namespace whose key profile.json holds the engine's profile "
         "on the pods' hardware (argosy profile --output profile.json, then kubectl create configmap NAME "
-        "--from-file=profile.json).",
+        "--from-file=profile.json); labelled app.kubernetes.io/managed-by=argosy-profile, its changes are watched.",
     )
 
 
@@ -710,6 +710,23 @@ class DisaggregationSpec(KubeModel):
     """Prefill/decode disaggregation: prompts are prefilled on the prefill pods and decoded on the decode
     pods, which pull the prompts' KV blocks from them; the router of spec.routing.router, in its P/D mode,
     sends each request's two legs. A long prompt then never stalls the streams being decoded."""
+
+    # A profile times one engine serving both phases; a role's pods serve one, so objectives cannot yet be
+    # turned into a role's thresholds (refused rather than scaled on thresholds that do not describe it).
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            *(
+                cel(
+                    f"!has(self.{role}.autoscaling) || !has(self.{role}.autoscaling.objectives)",
+                    f"spec.disaggregation.{role}.autoscaling.objectives is not supported yet: the engine's profile "
+                    f"times pods that serve both phases, not {role} pods alone; set "
+                    f"spec.disaggregation.{role}.autoscaling.targetWaitingRequests instead",
+                    f".{role}.autoscaling.objectives",
+                )
+                for role in ROLES
+            )
+        )
+    )
 
     prefill: RoleSpec = Field(default_factory=RoleSpec)
     decode: RoleSpec = Field(default_factory=RoleSpec)

@@ -11,13 +11,20 @@ import math
 from argosy.simulator.trace import TraceRequest
 
 
-def lower_bound_replica_seconds(
+def replicas_needed(
     trace: list[TraceRequest], tokens_per_second: float, min_replicas: int, window: float = 60.0
-) -> float:
+) -> list[int]:
+    """The replicas each `window` of the trace needs: its output tokens at `tokens_per_second` a replica."""
     if not trace:
-        return 0.0
+        return []
     windows = math.ceil((trace[-1].time + 1e-9) / window)
     demand = [0.0] * windows
     for request in trace:
         demand[min(int(request.time // window), windows - 1)] += request.output_tokens
-    return sum(max(min_replicas, math.ceil(tokens / window / tokens_per_second)) * window for tokens in demand)
+    return [max(min_replicas, math.ceil(tokens / window / tokens_per_second)) for tokens in demand]
+
+
+def lower_bound_replica_seconds(
+    trace: list[TraceRequest], tokens_per_second: float, min_replicas: int, window: float = 60.0
+) -> float:
+    return sum(replicas_needed(trace, tokens_per_second, min_replicas, window)) * window

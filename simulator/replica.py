@@ -173,16 +173,12 @@ class Replica:
             outputs = self.core.step()
             if self.executor.last_seconds == 0.0:
                 raise RuntimeError(f"{self.name}: the engine holds requests but ran no step")
+            started = self.env.now
             seconds = self.executor.last_seconds
-            if self.host is not None:
-                self.host.busy += 1
-                seconds *= self.host.slowdown()
-            self.steps += 1
-            self.step_seconds += seconds
-            yield self.env.timeout(seconds)
-            if self.host is not None:
-                self.host.busy -= 1
+            yield self.env.timeout(seconds) if self.host is None else self.host.run(seconds)
             now = self.env.now
+            self.steps += 1
+            self.step_seconds += now - started
             for out in outputs:
                 request = self.requests.get(out.request_id)
                 if request is None:  # aborted while its step ran

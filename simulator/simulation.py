@@ -50,6 +50,7 @@ class SimulationConfig:
     warm_pool: int = 0  # pods kept asleep beyond the replicas asked for
     wake_seconds: float = 1.0  # from asleep (sleep mode level 1) to serving
     host_cores: int | None = None  # the replicas share this many cores (a loopback fleet); None: a device each
+    initial_replicas: int | None = None  # serving when the trace starts; None: minReplicas (at least 1)
 
 
 @dataclass
@@ -71,8 +72,10 @@ class Simulation:
             thresholds = None if objectives is None else thresholds_for(config.profile, objectives)
             self.keda = ScaledObjectController(build_scaled_object(OWNER, service, thresholds))
         initial = service.replicas if self.keda is None else max(self.keda.min_replicas, 1)
+        if config.initial_replicas is not None and self.keda is not None:
+            initial = min(max(config.initial_replicas, initial), self.keda.max_replicas)
         drain = service.engine.shutdownTimeoutSeconds
-        host = None if config.host_cores is None else SharedHost(config.host_cores)
+        host = None if config.host_cores is None else SharedHost(self.env, config.host_cores)
         self.deployment = Deployment(
             self.env,
             lambda name, started: Replica(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import itertools
+import re
 import uuid
 from typing import Any, ClassVar
 
@@ -209,10 +210,15 @@ class ClusterEmulator(kmock.KubernetesEmulator):
 
 
 def matches(selector: str | None, obj: dict[str, Any]) -> bool:
-    """Equality and existence label selectors: `a=b,c!=d,e,!f`."""
+    """Equality, set and existence label selectors: `a=b,c!=d,e in (f,g),h notin (i),j,!k`."""
     labels = obj.get("metadata", {}).get("labels") or {}
-    for term in filter(None, (selector or "").split(",")):
-        if "!=" in term:
+    for term in (t.strip() for t in re.split(r",(?![^()]*\))", selector or "") if t.strip()):
+        if found := re.fullmatch(r"(\S+)\s+(in|notin)\s+\(([^)]*)\)", term):
+            key, operator, values = found.groups()
+            inside = labels.get(key) in {v.strip() for v in values.split(",")}
+            if inside != (operator == "in"):
+                return False
+        elif "!=" in term:
             key, value = term.split("!=", 1)
             if labels.get(key) == value:
                 return False

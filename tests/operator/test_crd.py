@@ -159,6 +159,10 @@ BAD = [
         "spec.disaggregation.decode.replicas", "minimum"]),
     ({"model": MODEL, "routing": {"router": {}}, "disaggregation": {"kvTransferConfig": {"holdTimeoutSeconds": 0}}}, [
         "spec.disaggregation.kvTransferConfig.holdTimeoutSeconds"]),
+    *(({"model": MODEL, "routing": {"router": {}}, "disaggregation": {role: {"autoscaling": {
+        "maxReplicas": 2, "prometheusAddress": "http://p", "objectives": {
+            "timeToFirstTokenSeconds": 1, "interTokenLatencySeconds": 0.1, "profileConfigMap": "p"}}}}}, [
+        f"spec.disaggregation.{role}.autoscaling.objectives", "not supported yet"]) for role in ("prefill", "decode")),
 ]  # fmt: skip
 
 
@@ -186,9 +190,9 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    # (each role of spec.disaggregation has its own autoscaling rule: 28). Tensor parallelism serves LoRA and
-    # draft models: no rule refuses them.
-    assert len(rules) == 28
+    # (each role of spec.disaggregation has its own autoscaling rule and its objectives' refusal: 30). Tensor
+    # parallelism serves LoRA and draft models: no rule refuses them.
+    assert len(rules) == 30
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     long_name = resource({"model": MODEL, "routing": {"router": {}}, "disaggregation": {}})

@@ -8,7 +8,14 @@ import json
 
 import pytest
 
-from argosy.operator.objectives import ObjectivesUnreachable, Workload, derive_thresholds, thresholds_from_config_map
+from argosy.operator.labels import MANAGED_BY_LABEL, PROFILE_MANAGED_BY
+from argosy.operator.objectives import (
+    ObjectivesUnreachable,
+    Workload,
+    derive_thresholds,
+    thresholds_for,
+    thresholds_from_config_map,
+)
 from argosy.operator.owner import Owner
 from argosy.operator.scaledobject import build_scaled_object
 from argosy.operator.spec import InferenceServiceSpec, ObjectivesSpec
@@ -106,24 +113,30 @@ async def test_the_operator_derives_the_thresholds_and_says_them(cluster, profil
         status = await eventually(lambda: (live(cluster, AIS, "llama") or {}).get("status"))
         stalled = await eventually(lambda: _condition(cluster, "Stalled", "True"))
         assert "ConfigMap gpu-profile does not exist" in stalled["message"]
+        # The profile's ConfigMap, labelled as its docs say: its creation alone reconciles the service.
         config_map = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": "gpu-profile", "namespace": NS},
+            "metadata": {"name": "gpu-profile", "namespace": NS, "labels": {MANAGED_BY_LABEL: PROFILE_MANAGED_BY}},
             "data": {"profile.json": profile.model_dump_json()},
         }
         response = await cluster.post(f"/api/v1/namespaces/{NS}/configmaps", json=config_map)
         assert response.status in (200, 201), await response.text()
-        await cluster.patch(
-            path(AIS, "llama"),
-            json={"spec": {"autoscaling": {"maxReplicas": 5}}},
-            headers={"Content-Type": "application/merge-patch+json"},
-        )
         status = await eventually(lambda: (live(cluster, AIS, "llama") or {}).get("status", {}).get("autoscaling"))
         assert status["runningRequests"] == 13 and status["waitingRequests"] == 3
         triggers = live(cluster, SCALED_OBJECTS, "llama")["spec"]["triggers"]
         assert {t["name"] for t in triggers} == {"waiting-requests", "output-tokens", "kv-cache-usage"}
         assert json.loads(json.dumps(triggers))  # plain data
+        # A slower engine profiled again: the service's thresholds follow the new profile.
+        slower = fit_free_profile("absent", {**COEFFICIENTS, "decode_seqs": 2 * COEFFICIENTS["decode_seqs"]})
+        await cluster.patch(
+            f"/api/v1/namespaces/{NS}/configmaps/gpu-profile",
+            json={"data": {"profile.json": slower.model_dump_json()}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        expected = thresholds_for(slower, ObjectivesSpec.model_validate(objectives)).as_status()
+        assert expected["runningRequests"] < 13
+        await eventually(lambda: live(cluster, AIS, "llama")["status"]["autoscaling"] == expected)
 
 
 def _condition(cluster, kind: str, value: str):

@@ -44,7 +44,7 @@ def fit_free_profile(model: str, coefficients: dict[str, float]) -> EngineProfil
     return EngineProfile(
         machine="test",
         settings=settings,
-        coefficients=dict(COEFFICIENTS),
+        coefficients=dict(coefficients),
         fit=FitQuality(steps=0, median_relative_error=0, p90_relative_error=0),
     )
 

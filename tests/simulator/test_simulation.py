@@ -130,11 +130,25 @@ def test_objectives_never_reverse_within_the_window_under_constant_load(profile,
     assert max(result.timeline.replicas) <= 12
 
 
+def test_a_fleet_can_start_as_it_stood_before_the_trace(profile):
+    # Three pods already serving at the start: the first requests meet no pod start, and with no load the
+    # HPA takes the fleet back to minReplicas.
+    trace = [TraceRequest(0.0, 100, 2) for _ in range(3)]
+    spec = service(minReplicas=1, maxReplicas=4, scaleDownStabilizationSeconds=60)
+    result = run(profile, trace, spec, initial_replicas=3, until=400, router="round_robin")
+    assert result.timeline.replicas[0] == 3 and result.timeline.starting[0] == 0
+    assert max(r.ttft for r in result.requests) < 0.2
+    assert result.timeline.replicas[-1] == 1
+    # Never above maxReplicas, whatever it is asked.
+    assert run(profile, trace, spec, initial_replicas=9).summary.max_replicas == 4
+
+
 def test_the_lower_bound_runs_each_minutes_replicas_for_that_minute():
-    from argosy.simulator.lower_bound import lower_bound_replica_seconds
+    from argosy.simulator.lower_bound import lower_bound_replica_seconds, replicas_needed
 
     # 100 tokens/s a replica: 30 requests of 1000 tokens in the first minute need 5, none in the second 1.
     trace = [TraceRequest(i, 10, 1000) for i in range(30)] + [TraceRequest(119.0, 10, 10)]
+    assert replicas_needed(trace, 100.0, min_replicas=1) == [5, 1]
     assert lower_bound_replica_seconds(trace, 100.0, min_replicas=1) == (5 + 1) * 60
     assert lower_bound_replica_seconds(trace, 100.0, min_replicas=2) == (5 + 2) * 60
 
@@ -156,14 +170,21 @@ def test_a_warm_pool_serves_a_burst_in_the_wake_time(profile):
     assert warm.timeline.replicas[-1] == 1 and warm.timeline.asleep[-1] == 2
 
 
-def test_replicas_sharing_a_core_take_turns(profile):
-    trace = [TraceRequest(0.0, 100, 1), TraceRequest(0.0, 100, 1)]
+def test_replicas_sharing_a_core_share_it_while_both_step(profile):
     alone = profile.step_seconds(StepShape(1, 100, 100 * 101 / 2 / 1000, 0, 0, 1))
-    shared = run(profile, trace, service().model_copy(update={"replicas": 2}), host_cores=1)
-    # The first step starts alone on the core; the second starts beside it and runs at half speed.
-    assert sorted(r.ttft for r in shared.requests) == pytest.approx([alone, 2 * alone])
-    separate = run(profile, trace, service().model_copy(update={"replicas": 2}))
+    two = service().model_copy(update={"replicas": 2})
+    at_once = [TraceRequest(0.0, 100, 1), TraceRequest(0.0, 100, 1)]
+    together = run(profile, at_once, two, host_cores=1)
+    # Both steps run at half speed from the start.
+    assert [r.ttft for r in together.requests] == pytest.approx([2 * alone, 2 * alone])
+    staggered = run(profile, [TraceRequest(0.0, 100, 1), TraceRequest(alone / 2, 100, 1)], two, host_cores=1)
+    # The first runs alone for half its work, then both at half speed until it is done (at 1.5x);
+    # the second, half done by then, finishes alone (at 2x, 1.5x after its arrival).
+    assert [r.ttft for r in staggered.requests] == pytest.approx([1.5 * alone, 1.5 * alone])
+    separate = run(profile, at_once, two)
     assert [r.ttft for r in separate.requests] == pytest.approx([alone, alone])
+    # Two cores for two replicas: no slowdown.
+    assert [r.ttft for r in run(profile, at_once, two, host_cores=2).requests] == pytest.approx([alone, alone])
 
 
 def test_flow_control_holds_requests_while_every_replica_is_saturated(profile):
