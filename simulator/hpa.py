@@ -106,6 +106,10 @@ class HorizontalPodAutoscaler:
             self._record_scale(now, current, desired)
         return desired
 
+    def settled_at(self, now: float, replicas: int) -> None:
+        """As an HPA that has recommended `replicas` until `now` (a fleet that stood there a while)."""
+        self.recommendations.append((now, replicas))
+
     def _normalise(self, now: float, current: int, proposal: int) -> int:
         stabilised = self._stabilise(now, current, proposal)
         return self._bound_rate(now, current, stabilised)

@@ -36,6 +36,9 @@ class SimulateOptions:
         "an InferenceService YAML whose autoscaling (or replicas) is simulated; default: 1 to 8 replicas on 5 waiting",
     )
     replicas: int | None = setting(None, "a fixed replica count instead of the service's autoscaling")
+    initial_replicas: int | None = setting(
+        None, "replicas serving when the trace starts, as a fleet that stood there a while; default: minReplicas"
+    )
     router: str = setting("round_robin", "round_robin, least_requests or flow_control (the Endpoint Picker's)")
     pod_start_seconds: float = setting(100.0, "from a pod's creation to its server answering /health")
     scrape_seconds: float = setting(15.0, "Prometheus' scrape interval")
@@ -108,6 +111,7 @@ def simulation_config(options: SimulateOptions, objectives):
         request_timeout=options.request_timeout,
         warm_pool=options.warm_pool,
         wake_seconds=options.wake_seconds,
+        initial_replicas=options.initial_replicas,
     )
 
 

@@ -74,6 +74,7 @@ class Simulation:
         initial = service.replicas if self.keda is None else max(self.keda.min_replicas, 1)
         if config.initial_replicas is not None and self.keda is not None:
             initial = min(max(config.initial_replicas, initial), self.keda.max_replicas)
+            self.keda.hpa.settled_at(0.0, initial)  # no scale-down on the empty first scrapes
         drain = service.engine.shutdownTimeoutSeconds
         host = None if config.host_cores is None else SharedHost(self.env, config.host_cores)
         self.deployment = Deployment(

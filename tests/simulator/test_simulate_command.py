@@ -56,6 +56,10 @@ def test_a_trace_file_and_a_services_objectives(profile_file, tmp_path):
     assert main([*args, "--service", str(service), "--pod-start-seconds", "30"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"] == 200 and summary["errors"] == 0
+    # Started as a fleet of 5 that stood a while (minReplicas is 1): no pod start before the first requests.
+    assert main([*args, "--service", str(service), "--initial-replicas", "5"]) == 0
+    started = json.loads((out / "summary.json").read_text())
+    assert started["max_replicas"] == 5 and started["ttft_p99"] < summary["ttft_p99"]
     assert main([*args, "--replicas", "2"]) == 0
     assert json.loads((out / "summary.json").read_text())["scale_events"] == 0
 
