@@ -61,6 +61,13 @@ class EngineConfig:
         "whole on rank 0); refused, with the numbers, for a size the heads or the MLP cannot be split by or above "
         "the visible GPUs",
     )
+    pipeline_parallel_size: int = setting(
+        1,
+        "stages the decoder layers are split into, contiguous and as even as they divide (the embedding on the "
+        "first, the norm and LM head on the last), each stage tensor_parallel_size ranks, the activations passed "
+        "between stages (NCCL; on CPU, gloo); ranks = tensor x pipeline; refused for more stages than layers or "
+        "stages too uneven, and, for now, with LoRA, speculative decoding, a KV connector or the host KV tier",
+    )
     distributed_executor_backend: ExecutorBackend | None = setting(
         None,
         "where the workers run: uni, one in the engine's own process; mp, each rank in a process of its own fed "
@@ -158,7 +165,12 @@ class EngineConfig:
     @property
     def executor_backend(self) -> ExecutorBackend:
         """distributed_executor_backend, settled: mp with more than one rank."""
-        return self.distributed_executor_backend or ("mp" if self.tensor_parallel_size > 1 else "uni")
+        return self.distributed_executor_backend or ("mp" if self.ranks > 1 else "uni")
+
+    @property
+    def ranks(self) -> int:
+        """Worker processes: tensor_parallel_size in each of pipeline_parallel_size stages."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
 
     @functools.cached_property
     def kv_transfer(self) -> KVTransferConfig | None:
@@ -197,6 +209,7 @@ class EngineConfig:
             "block_size",
             "max_num_seqs",
             "tensor_parallel_size",
+            "pipeline_parallel_size",
             "max_num_batched_tokens",
             "max_model_len",
             "kv_cache_memory",
@@ -226,12 +239,13 @@ class EngineConfig:
                 "whose drafts depend on them",
                 param="async_scheduling",
             )
-        if self.tensor_parallel_size > 1 and self.distributed_executor_backend == "uni":
+        if self.ranks > 1 and self.distributed_executor_backend == "uni":
             raise InvalidRequestError(
-                "tensor_parallel_size above 1 runs each rank in a process of its own: "
+                "tensor_parallel_size or pipeline_parallel_size above 1 runs each rank in a process of its own: "
                 "distributed_executor_backend must be mp (or unset)",
                 param="distributed_executor_backend",
             )
+        self._check_pipeline(spec)
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise InvalidRequestError(
                 f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})",
@@ -243,6 +257,24 @@ class EngineConfig:
             value = getattr(self, name)
             if choices is not None and value not in choices and not (optional and value is None):
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
+
+    def _check_pipeline(self, spec: SpeculativeConfig | None) -> None:
+        """What pipeline stages cannot serve yet, refused by name: each holds a part of the layers,
+        and these features reach every layer from one place."""
+        if self.pipeline_parallel_size == 1:
+            return
+        unserved = {
+            "enable_lora": self.enable_lora,  # the adapters' slots span every layer
+            "speculative_config": spec is not None,  # drafts are verified by the whole model in one step
+            "kv_transfer_config": self.kv_transfer_config is not None,  # connectors move every layer's blocks
+            "swap_space": bool(self.swap_space),
+        }
+        for name, asked in unserved.items():
+            if asked:
+                raise InvalidRequestError(
+                    f"{name} is not served with pipeline_parallel_size above 1 yet: set one or the other",
+                    param=name,
+                )
 
     def _check_swap_space(self, spec: SpeculativeConfig | None) -> None:
         why = None

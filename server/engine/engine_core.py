@@ -113,7 +113,7 @@ class EngineCore:
         self.async_scheduling = config.async_scheduling
         # A decode planned before its last token is known carries a placeholder that the device side
         # fills in: with one rank, which holds the sampled tokens (other ranks do not sample).
-        self._placeholders = config.async_scheduling and config.tensor_parallel_size == 1
+        self._placeholders = config.async_scheduling and config.ranks == 1
         self._in_flight: InFlightStep | None = None  # launched, not landed (async scheduling)
         self._landed: list[EngineCoreOutput] = []  # of a step landed between steps, for the next
         self.asleep = False  # no KV cache (or no weights either) until wake_up

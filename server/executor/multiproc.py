@@ -1,7 +1,8 @@
 """MultiprocExecutor: every rank's worker in a process of its own, rank 0 included (vLLM's
-`--distributed-executor-backend mp`; tensor parallelism always runs this way). Each call goes to
-every rank at once through one shared-memory MessageQueue; each rank answers on its own pipe, and
-rank 0's answer is the call's result. While it waits the executor watches every rank's process:
+`--distributed-executor-backend mp`; tensor and pipeline parallelism always run this way). Each
+call goes to every rank at once through one shared-memory MessageQueue; each rank answers on its
+own pipe, and the driver's answer (the first rank of the last pipeline stage, which samples) is
+the call's result. While it waits the executor watches every rank's process:
 a rank that exits, at start-up or later, ends the call at once naming the rank (the others are
 stopped, so that none is left in a collective), and so does an error from any rank but rank 0
 with more than one (the group's collectives can no longer meet)."""
@@ -28,6 +29,7 @@ from argosy.server.executor.worker_process import HELLO, WorkerSpec, worker_main
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.parallel.group import check_collectives, check_visible_gpus, free_port
 from argosy.server.parallel.layout import check_tensor_parallel
+from argosy.server.parallel.stages import check_pipeline_parallel
 from argosy.server.worker.device import resolve_device
 
 log = logging.getLogger("argosy.engine")
@@ -42,15 +44,21 @@ class RankDiedError(RuntimeError):
 
 class MultiprocExecutor(Executor):
     def __init__(self, config: EngineConfig, model: ModelConfig, limits: EngineLimits, eos: tuple[int, ...]):
-        size = self.size = config.tensor_parallel_size
+        tensor, pipeline = config.tensor_parallel_size, config.pipeline_parallel_size
+        size = self.size = config.ranks
+        self.driver = (pipeline - 1) * tensor
         device = resolve_device(config)
+        if tensor > 1:
+            check_tensor_parallel(model, tensor)
+        if pipeline > 1:
+            check_pipeline_parallel(model, pipeline)
         if size > 1:
-            check_tensor_parallel(model, size)
             check_collectives(device)
         if device.type == "cuda":
             check_visible_gpus(size, torch.cuda.device_count())
         self.queue = MessageQueue(size)
-        spec = WorkerSpec(config, model, limits, eos, size, ("127.0.0.1", free_port()), self.queue.handle())
+        address = ("127.0.0.1", free_port())
+        spec = WorkerSpec(config, model, limits, eos, tensor, pipeline, address, self.queue.handle())
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads
         self.procs: list[BaseProcess] = []
         self.replies: list[Connection] = []
@@ -85,12 +93,12 @@ class MultiprocExecutor(Executor):
         return Answers(self, call)
 
     def call(self, call: WorkerCall) -> Any:
-        """Sends `call` to every rank and returns rank 0's result once every rank has answered."""
+        """Sends `call` to every rank and returns the driver's result once every rank has answered."""
         self.queue.put(encode(call), self._check_alive)
         return self.answers(call)
 
     def answers(self, call: WorkerCall) -> Any:
-        """Rank 0's result of `call`, once every rank has answered it."""
+        """The driver's result of `call`, once every rank has answered it (rank 0's error, if it failed)."""
         results = {}
         for rank in range(self.size):
             reply = self._wait_for(rank)
@@ -101,8 +109,8 @@ class MultiprocExecutor(Executor):
                     self._drain(rank + 1)
                     raise
                 _stop(self.procs, self.queue)
-                raise RankDiedError(f"tensor-parallel rank {rank} failed: {type(exc).__name__}: {exc}") from exc
-        return results[0]
+                raise RankDiedError(f"{self._name(rank)} failed: {type(exc).__name__}: {exc}") from exc
+        return results[self.driver]
 
     def _drain(self, first: int) -> None:
         """The other ranks' answers to a call rank 0 failed, read so that the next call's are next."""
@@ -131,7 +139,7 @@ class MultiprocExecutor(Executor):
                 raise RankDiedError(f"{self._name(rank)} exited (code {proc.exitcode}){why}")
 
     def _name(self, rank: int) -> str:
-        return f"tensor-parallel rank {rank}" if self.size > 1 else "the worker process"
+        return f"rank {rank}" if self.size > 1 else "the worker process"
 
 
 class Answers:

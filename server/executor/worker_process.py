@@ -1,5 +1,5 @@
 """A worker in a process of its own: it says hello (so that the executor tells a rank that never
-ran from one that failed), joins its tensor-parallel group, builds its Worker, then runs each call
+ran from one that failed), joins its tensor-parallel group and its pipeline, builds its Worker, then runs each call
 read from the executor's message queue and answers on its own pipe, until told to stop. It dies
 with its parent (the kernel kills it when the executor's process goes, kill -9 included)."""
 
@@ -18,7 +18,7 @@ from argosy.server.engine_config import EngineConfig, EngineLimits
 from argosy.server.executor.message_queue import MessageQueue
 from argosy.server.executor.worker_calls import Shutdown, decode_call, run_call
 from argosy.server.models.model_config import ModelConfig
-from argosy.server.parallel.group import SINGLE, join_group
+from argosy.server.parallel.group import SINGLE, join_groups
 
 _PR_SET_PDEATHSIG = 1
 HELLO = b"hello"
@@ -32,7 +32,8 @@ class WorkerSpec:
     model: ModelConfig
     limits: EngineLimits
     eos_token_ids: tuple[int, ...]
-    size: int
+    tensor_size: int  # ranks in each pipeline stage
+    pipeline_size: int  # stages
     address: tuple[str, int]  # rank 0 serves the group's rendezvous there
     queue: tuple[int, str, int]  # the executor's MessageQueue.handle()
 
@@ -44,10 +45,14 @@ def worker_main(rank: int, spec: WorkerSpec, replies: Connection) -> None:
 
     calls = MessageQueue(spec.queue[0], spec.queue[1], rank, spec.queue[2])
     device = rank_device(spec.config, rank)
+    size = spec.tensor_size * spec.pipeline_size
     if device.type == "cpu":
-        share_cpu_threads(spec.size)
-    shards = SINGLE if spec.size == 1 else join_group(rank, spec.size, spec.address, device)
-    worker = Worker(spec.config, spec.model, spec.limits, spec.eos_token_ids, shards)
+        share_cpu_threads(size)
+    shards, pipeline = SINGLE, None
+    if size > 1:
+        layers = spec.model.num_layers
+        shards, pipeline = join_groups(rank, spec.tensor_size, spec.pipeline_size, spec.address, device, layers)
+    worker = Worker(spec.config, spec.model, spec.limits, spec.eos_token_ids, shards, pipeline)
     try:
         while not isinstance(call := decode_call(calls.get()), Shutdown):
             replies.send_bytes(run_call(worker, call))

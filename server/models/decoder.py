@@ -20,6 +20,8 @@ from argosy.server.models.layers import GatedMLP, RMSNorm, RotaryEmbedding
 from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.tensor_reader import ReadStats
+from argosy.server.parallel.pipeline import Carried
+from argosy.server.parallel.stages import PipelineStage
 from argosy.server.parallel.vocab import VocabShard
 
 Reduce = Callable[[torch.Tensor], torch.Tensor] | None  # sums a partial output across ranks; None: one rank
@@ -78,7 +80,11 @@ class DecoderLayer(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Token ids of a flattened batch in, final hidden states out; logits on request."""
+    """Token ids of a flattened batch in, final hidden states out; logits on request.
+
+    With pipeline parallelism, one stage of it (server/parallel/stages.py): its decoder layers only
+    (numbered from 0 here), the embedding on the first stage and the final norm and the LM head on
+    the last (with tied embeddings the last stage holds the embedding too, as its head)."""
 
     def __init__(
         self,
@@ -88,24 +94,42 @@ class CausalLM(nn.Module):
         linears: LinearFactory = PLAIN,
         all_reduce: Reduce = None,
         vocab: VocabShard | None = None,
+        stage: PipelineStage | None = None,
     ):
         super().__init__()
-        self.config, self.vocab = cfg, vocab
+        self.config, self.vocab, self.stage = cfg, vocab, stage
+        first, last = stage is None or stage.first, stage is None or stage.last
         self.checkpoint_read = ReadStats()  # what loading it read from the checkpoint
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears, all_reduce) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels)
-        self.lm_head = None if cfg.tie_word_embeddings else linears("lm_head", cfg.hidden_size, cfg.vocab_size)
+        held = first or (last and cfg.tie_word_embeddings)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if held else None
+        layers = cfg.num_layers if stage is None else stage.num_layers
+        self.layers = nn.ModuleList(DecoderLayer(cfg, backend, linears, all_reduce) for _ in range(layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, backend.kernels) if last else None
+        self.lm_head = (
+            None if cfg.tie_word_embeddings or not last else linears("lm_head", cfg.hidden_size, cfg.vocab_size)
+        )
         self.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels)
 
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor, meta: Any
-    ) -> torch.Tensor:
-        """kv_cache: [layers, 2, blocks, block_size, kv_heads, head_dim]."""
-        x = self.embed_tokens(input_ids) if self.vocab is None else self.vocab.embed(self.embed_tokens, input_ids)
-        residual = None
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: torch.Tensor,
+        meta: Any,
+        carried: Carried | None = None,
+    ) -> torch.Tensor | Carried:
+        """kv_cache: [layers, 2, blocks, block_size, kv_heads, head_dim]. A pipeline stage after the
+        first starts from the previous stage's `carried` activations; a stage before the last
+        returns its own (hidden states, residual stream) for the next."""
+        if carried is None:
+            x = self.embed_tokens(input_ids) if self.vocab is None else self.vocab.embed(self.embed_tokens, input_ids)
+            residual = None
+        else:
+            x, residual = carried
         for layer, layer_cache in zip(self.layers, kv_cache):
             x, residual = layer(x, residual, positions, self.rotary, layer_cache, meta)
+        if self.norm is None:
+            return x, residual
         x, _ = self.norm(x, residual)
         return x
 

@@ -20,6 +20,7 @@ from argosy.server.models.linear_factory import PLAIN, LinearFactory
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.tensor_reader import TensorRead, read_tensors
 from argosy.server.parallel.group import SINGLE, TensorParallel
+from argosy.server.parallel.stages import PipelineStage
 
 _FUSED = {
     "q_proj": ("qkv_proj", 0),
@@ -40,13 +41,15 @@ def load_model(
     backend: AttentionBackend,
     linears: LinearFactory = PLAIN,
     shards: TensorParallel = SINGLE,
+    stage: PipelineStage | None = None,
 ) -> CausalLM:
     """The model with its linear layers in the formats `linears` picks, filled from the
     checkpoint (each weight loaded as stored, then processed into its format). With tensor
-    parallelism, this rank's share of it, read from the checkpoint alone."""
+    parallelism, this rank's share of it; with pipeline parallelism, its stage's; either read from
+    the checkpoint alone."""
     layout, local = shards.layout, shards.layout.local_config(cfg)
     with torch.device("meta"), _default_dtype(dtype):
-        model = CausalLM(local, max_position, backend, linears, shards.all_reduce, shards.vocab(cfg))
+        model = CausalLM(local, max_position, backend, linears, shards.all_reduce, shards.vocab(cfg), stage)
     model.to_empty(device=device)
     # Buffers do not survive to_empty; the rotary tables are recomputed on the device.
     model.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels).to(device)
@@ -58,6 +61,8 @@ def load_model(
         if _IGNORED.match(name) or (name == "lm_head.weight" and cfg.tie_word_embeddings):
             continue
         target, part = _target(name)
+        if stage is not None and (target := _in_stage(target, stage, cfg.tie_word_embeddings)) is None:
+            continue  # another stage's
         if target not in params:
             raise CheckpointError(cfg.path, f"unexpected tensor {name!r} for {cfg.architecture}")
         dest = _slice(params[target], part, local, target)
@@ -89,7 +94,7 @@ def load_model(
         for layer in model.layers:
             layer.self_attn.o_proj.row_max = layer.mlp.down_proj.row_max = shards.max_over_ranks
     process_weights(model)
-    if model.lm_head is None:
+    if model.lm_head is None and model.norm is not None:  # a tied head, on the stage that computes the logits
         model.lm_head = linears.tied_head(model.embed_tokens.weight)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # what the loaded layouts held goes back before the KV cache is sized
@@ -104,6 +109,17 @@ def _target(name: str) -> tuple[str, int]:
             fused, index = _FUSED[part]
             return ".".join([*parts[:i], fused, *parts[i + 1 :]]), index
     return name, -1
+
+
+def _in_stage(target: str, stage: PipelineStage, tied: bool) -> str | None:
+    """The name of `target` in a stage's model (its layers numbered from 0); None for a tensor
+    another stage holds. The embedding is the first stage's, and the last's with a `tied` head."""
+    parts = target.split(".")
+    if parts[0] == "layers":
+        index = int(parts[1])
+        return ".".join(["layers", str(index - stage.start), *parts[2:]]) if stage.start <= index < stage.end else None
+    held = {"embed_tokens": stage.first or (stage.last and tied), "norm": stage.last, "lm_head": stage.last}
+    return target if held.get(parts[0], True) else None
 
 
 def _slice(param: torch.Tensor, part: int, cfg: ModelConfig, target: str) -> torch.Tensor:

@@ -19,17 +19,24 @@ from argosy.server.models.linear import Linear
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.parallel.group import SINGLE, TensorParallel
+from argosy.server.parallel.stages import PipelineStage
 
 
 def stage_checkpoint(
-    running: ModelConfig, path: str, dtype: torch.dtype, max_position: int, shards: TensorParallel = SINGLE
+    running: ModelConfig,
+    path: str,
+    dtype: torch.dtype,
+    max_position: int,
+    shards: TensorParallel = SINGLE,
+    stage: PipelineStage | None = None,
 ) -> CausalLM:
     """The checkpoint at `path` in host memory, as plain layers of the running model's shapes (with
-    tensor parallelism, this rank's slices of it); raises CheckpointError, naming the tensor, for
-    anything that differs from the running one in name, shape or stored dtype."""
+    tensor parallelism, this rank's slices of it; with pipeline parallelism, its stage's layers);
+    raises CheckpointError, naming the tensor, for anything that differs from the running one in
+    name, shape or stored dtype."""
     check_same_tensors(running.path, path)
     config = dataclasses.replace(running, path=str(path))
-    return load_model(config, dtype, torch.device("cpu"), max_position, TorchAttention(), shards=shards)
+    return load_model(config, dtype, torch.device("cpu"), max_position, TorchAttention(), shards=shards, stage=stage)
 
 
 def check_same_tensors(running: str, path: str) -> None:

@@ -16,6 +16,8 @@ import torch.distributed as dist
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.parallel.layout import WHOLE, ShardLayout
+from argosy.server.parallel.pipeline import PipelineParallel
+from argosy.server.parallel.stages import split_layers
 from argosy.server.parallel.vocab import VocabShard
 
 _TIMEOUT = timedelta(minutes=10)  # a rank loading a large checkpoint may be slow to arrive
@@ -103,16 +105,40 @@ def check_visible_gpus(size: int, visible: int) -> None:
 
 
 def join_group(rank: int, size: int, address: tuple[str, int], device: torch.device) -> TensorParallel:
-    """Joins the ranks' group (rank 0 serves the rendezvous at `address`, the others reach it)
-    and returns this rank's place in it. The groups are made directly, not as torch.distributed's
-    default group, so that one process may hold several engines in its life."""
+    """Joins a tensor-parallel group of `size` ranks (one stage): see join_groups."""
+    return join_groups(rank, size, 1, address, device, num_layers=0)[0]
+
+
+def join_groups(
+    rank: int, tensor_size: int, pipeline_size: int, address: tuple[str, int], device: torch.device, num_layers: int
+) -> tuple[TensorParallel, PipelineParallel | None]:
+    """Joins the engine's groups (rank 0 serves the rendezvous at `address`, the others reach it):
+    the tensor-parallel group of this rank's stage and, with more than one stage, the group of
+    every rank that the stages pass their activations over. Ranks are numbered stage by stage:
+    rank = stage x tensor_size + index in the stage. The groups are made directly, not as
+    torch.distributed's default group, so that one process may hold several engines in its life."""
     host, port = address
-    store = dist.TCPStore(host, port, size, is_master=rank == 0, timeout=_TIMEOUT)
-    cpu_group = dist.ProcessGroupGloo(dist.PrefixStore("cpu", store), rank, size, _TIMEOUT)
-    group = cpu_group
-    if device.type == "cuda":
-        group = dist.ProcessGroupNCCL(dist.PrefixStore("device", store), rank, size)
-    return TensorParallel(ShardLayout(rank, size), group, cpu_group)
+    world = tensor_size * pipeline_size
+    store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=_TIMEOUT)
+    stage, index = divmod(rank, tensor_size)
+    tensor = SINGLE
+    if tensor_size > 1:
+        group, cpu_group = _groups(store, f"stage{stage}", index, tensor_size, device)
+        tensor = TensorParallel(ShardLayout(index, tensor_size), group, cpu_group)
+    pipeline = None
+    if pipeline_size > 1:
+        group, cpu_group = _groups(store, "pipeline", rank, world, device)
+        stages = split_layers(num_layers, pipeline_size)
+        pipeline = PipelineParallel(stages[stage], index, tensor_size, group, cpu_group)
+    return tensor, pipeline
+
+
+def _groups(store: Any, name: str, rank: int, size: int, device: torch.device) -> tuple[Any, Any]:
+    """A group for the device's collectives (NCCL between GPUs) and its gloo twin for the CPU's."""
+    cpu_group = dist.ProcessGroupGloo(dist.PrefixStore(f"{name}/cpu", store), rank, size, _TIMEOUT)
+    if device.type != "cuda":
+        return cpu_group, cpu_group
+    return dist.ProcessGroupNCCL(dist.PrefixStore(f"{name}/device", store), rank, size), cpu_group
 
 
 def free_port() -> int:

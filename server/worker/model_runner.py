@@ -22,6 +22,7 @@ from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.weight_swap import check_same_tensors, copy_weights, stage_checkpoint
 from argosy.server.parallel.group import SINGLE, TensorParallel
+from argosy.server.parallel.pipeline import PipelineParallel
 from argosy.server.worker.block_tables import BlockTables
 from argosy.server.worker.cuda_graphs import DecodeGraphs, capture_shapes, capture_sizes, graphs_enabled
 from argosy.server.worker.startup_report import tensor_bytes
@@ -40,13 +41,18 @@ class ModelRunner:
         device: torch.device,
         max_model_len: int,
         shards: TensorParallel = SINGLE,
+        pipeline: PipelineParallel | None = None,
     ):
         """`shards`: with tensor parallelism, this rank's share of the model (its KV cache holds
-        its KV heads only)."""
+        its KV heads only); `pipeline`: with pipeline parallelism, its stage (its KV cache holds
+        the stage's layers only)."""
         self.dtype, self.device, self.engine_config = dtype, device, engine_config
         self.block_size, self.max_model_len = engine_config.block_size, max_model_len
-        self.shards = shards
-        self.kv_config = shards.layout.local_config(model_config)  # the KV cache's heads
+        self.shards, self.pipeline = shards, pipeline
+        self.stage = None if pipeline is None else pipeline.stage
+        self.kv_config = shards.layout.local_config(model_config)  # the KV cache's heads (and layers)
+        if self.stage is not None:
+            self.kv_config = dataclasses.replace(self.kv_config, num_layers=self.stage.num_layers)
         self.backend = select_backend(engine_config.attention_backend, device, self.kv_config.num_kv_heads)
         self.lora_context = LoRAContext()
         self.lora = None  # the adapters' device slots, with LoRA on
@@ -54,7 +60,8 @@ class ModelRunner:
             self.lora = LoRAWeights(
                 model_config, engine_config.max_loras, engine_config.max_lora_rank, dtype, device, shards.layout
             )
-        self.graphs_on = graphs_enabled(engine_config, device, self.backend)
+        # A step's graph would span the stages' sends and receives: pipeline stages run eagerly.
+        self.graphs_on = graphs_enabled(engine_config, device, self.backend) and pipeline is None
         # The null block: one cache block no sequence owns, which the padding rows of a
         # graph's batch write to and read.
         self.reserved_blocks = 1 if self.graphs_on else 0
@@ -68,7 +75,7 @@ class ModelRunner:
         with the LoRA layers attached, and the graphs over it (captured later)."""
         config, device = self.engine_config, self.device
         linears = LinearFactory.for_device(config.quantization, device, self.dtype)
-        model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears, self.shards)
+        model = load_model(cfg, self.dtype, device, self.max_model_len, self.backend, linears, self.shards, self.stage)
         self.cfg, self.model = cfg, model  # only once it loaded: a failed load changes nothing
         if self.lora is not None:
             self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
@@ -123,11 +130,12 @@ class ModelRunner:
             self._load(dataclasses.replace(self.cfg, path=str(path)))
             self.asleep = 1
             return
-        staged = stage_checkpoint(self.cfg, path, self.dtype, self.max_model_len, self.shards)  # raises first
+        where = self.dtype, self.max_model_len, self.shards, self.stage
+        staged = stage_checkpoint(self.cfg, path, *where)  # raises first
         try:
             copy_weights(staged, self.model, self.dtype)
         except Exception:  # a device failure halfway: the serving weights go back whole
-            serving = stage_checkpoint(self.cfg, self.cfg.path, self.dtype, self.max_model_len, self.shards)
+            serving = stage_checkpoint(self.cfg, self.cfg.path, *where)
             copy_weights(serving, self.model, self.dtype)
             raise
         self.cfg = dataclasses.replace(self.cfg, path=str(path))
@@ -201,10 +209,11 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(
         self, chunks: list[SequenceChunk], block_copies: list[tuple[int, int]], tables: BlockTables
-    ) -> torch.Tensor:
+    ) -> torch.Tensor | None:
         """Makes the block copies, then runs the step (`tables` holds the chunks' block tables);
         returns logits in the model's dtype (the sampler widens only the rows it must), one row
-        per chunk with `sample` (1 + num_draft with drafts), in order."""
+        per chunk with `sample` (1 + num_draft with drafts), in order; None on a pipeline stage
+        before the last (it sends its activations on)."""
         if block_copies:
             src, dst = zip(*block_copies)
             self.backend.copy_blocks(
@@ -216,7 +225,7 @@ class ModelRunner:
         ordered = chunks if order is None else [chunks[i] for i in order]
         inputs = prepare_inputs(ordered, self.block_size, self.device, self.backend, tables)
         logits = self.forward(inputs, self.kv_cache)
-        if order is None:
+        if order is None or logits is None:
             return logits
         first_row, row = {}, 0
         for i in order:
@@ -225,9 +234,18 @@ class ModelRunner:
         return logits[torch.tensor(rows, device=self.device)]
 
     @torch.inference_mode()
-    def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: ModelInputs, kv_cache: torch.Tensor) -> torch.Tensor | None:
+        """The logits of the rows to sample; None on a pipeline stage before the last, which sends
+        its activations to the next stage (every stage runs every forward pass, in the same order)."""
+        stage, carried = self.stage, None
+        if stage is not None and not stage.first:
+            size = self.model.config.hidden_size
+            carried = self.pipeline.receive(inputs.input_ids.shape[0], size, self.dtype, self.device)
         with self.lora_context.serving(inputs.lora):
-            hidden = self.model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention)
+            hidden = self.model(inputs.input_ids, inputs.positions, kv_cache, inputs.attention, carried)
+        if stage is not None and not stage.last:
+            self.pipeline.send(hidden)
+            return None
         return self.model.compute_logits(hidden[inputs.logits_rows])
 
     def profile_peak_bytes(self, num_tokens: int, num_logits: int) -> int | None:

@@ -26,13 +26,15 @@ class StartupReport:
     seconds: dict[str, float] = field(default_factory=dict)  # phase -> wall time, in order
     kernel_variants: int | None = None  # Triton kernel variants compiled (or, interpreted, keyed) by the warm-up
     checkpoint_read: ReadStats = field(default_factory=ReadStats)  # in the load phase
+    stages: list[str] = field(default_factory=list)  # with pipeline parallelism, what each stage holds
 
     def line(self) -> str:
         graphs = f"{len(self.graph_sizes)} sizes {_ranges(self.graph_sizes)}" if self.graph_sizes else "off"
         phases = ", ".join(f"{name} {secs:.2f}s{self._rate(name)}" for name, secs in self.seconds.items())
         warmed = "" if self.kernel_variants is None else f" ({self.kernel_variants} kernel variants warmed)"
+        stages = f", pipeline of {len(self.stages)} stages ({'; '.join(self.stages)})" if self.stages else ""
         return (
-            f"engine ready on {self.device}: attention backend {self.backend}{warmed}, cuda graphs {graphs}, "
+            f"engine ready on {self.device}{stages}: attention backend {self.backend}{warmed}, cuda graphs {graphs}, "
             f"quantization {self.quantization or 'none'}, weights {self.weight_bytes / _MIB:.1f} MiB, "
             f"KV cache {self.kv_blocks} blocks ({self.kv_cache_bytes / _MIB:.1f} MiB); {phases}"
         )

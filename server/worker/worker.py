@@ -25,6 +25,8 @@ from argosy.server.lora.request import AdapterRef
 from argosy.server.models.model_config import ModelConfig
 from argosy.server.models.tensor_reader import ReadStats
 from argosy.server.parallel.group import SINGLE, TensorParallel
+from argosy.server.parallel.pipeline import PipelineParallel
+from argosy.server.parallel.stages import PipelineStage, split_layers
 from argosy.server.spec_decode.draft_model import DraftModel
 from argosy.server.structured.grammar_store import GrammarStore
 from argosy.server.worker.device import resolve_device, resolve_dtype
@@ -50,12 +52,15 @@ class Worker:
         limits: EngineLimits,
         eos_token_ids: tuple[int, ...],
         shards: TensorParallel = SINGLE,
+        pipeline: PipelineParallel | None = None,
     ):
-        """`shards`: this rank's place in its tensor-parallel group (joined already)."""
+        """`shards`: this rank's place in its tensor-parallel group, `pipeline` in the pipeline's
+        stages (both joined already)."""
         self.config, self.model_config, self.limits = config, model, limits
-        self.eos_token_ids, self.shards = eos_token_ids, shards
-        self.driver = shards.layout.rank == 0  # it samples, and holds what sampling needs
-        self.device = rank_device(config, shards.layout.rank)
+        self.eos_token_ids, self.shards, self.pipeline = eos_token_ids, shards, pipeline
+        # The driver samples, and holds what sampling needs: the first rank of the last stage.
+        self.driver = shards.layout.rank == 0 and (pipeline is None or pipeline.stage.last)
+        self.device = rank_device(config, shards.layout.rank if pipeline is None else pipeline.rank)
         self.grammars = None
         if self.driver:
             tokenizer = tokenizer_path(config, Path(model.path))
@@ -78,7 +83,9 @@ class Worker:
         dtype = self.dtype
         torch.manual_seed(config.seed)
         clock = PhaseClock()
-        runner = self.runner = ModelRunner(self.model_config, config, dtype, device, limits.max_model_len, shards)
+        runner = self.runner = ModelRunner(
+            self.model_config, config, dtype, device, limits.max_model_len, shards, self.pipeline
+        )
         spec = config.speculative
         if spec is not None and spec.method == "draft_model" and self.driver:
             self.draft = DraftModel(spec.model, self.model_config, config, dtype, device, limits.max_model_len)
@@ -87,12 +94,14 @@ class Worker:
         largest_step = min(limits.max_num_batched_tokens, limits.max_model_len)
         budget = kv_cache_budget(config, device, lambda: runner.profile_peak_bytes(largest_step, config.max_num_seqs))
         clock.lap("profile")
-        block_bytes = kv_bytes_per_block(shards.layout.local_config(self.model_config), config.block_size, dtype)
+        block_bytes = kv_bytes_per_block(runner.kv_config, config.block_size, dtype)
         if self.draft is not None:  # its cache mirrors the target's, block for block
             block_bytes += self.draft.block_bytes()
         reserved = runner.reserved_blocks
         num_blocks = num_kv_blocks(budget, block_bytes, limits.max_model_len, config.block_size, reserved)
         num_blocks = shards.min_over_ranks(num_blocks)  # the same block ids on every rank
+        if self.pipeline is not None:  # every stage's
+            num_blocks = self.pipeline.min_over_ranks(num_blocks)
         for each in runners:
             each.allocate_kv_cache(num_blocks)
         connector_blocks = 0
@@ -120,12 +129,16 @@ class Worker:
             clock.seconds,
             None if self.variants is None else self.variants.count(),
             sum((each.model.checkpoint_read for each in runners), ReadStats()),
+            [] if self.pipeline is None else [s.describe() for s in self._stages()],
         )
         if self.driver:
             log.info(report.line())
         # Where other replicas pull this one's blocks from: only a P/D connector has one (a plug-in need not say).
         address = getattr(self.kv_connector, "address", None)
         return DeviceReady(num_blocks, report.line(), connector_blocks, report.weight_bytes, block_bytes, address)
+
+    def _stages(self) -> list[PipelineStage]:
+        return split_layers(self.model_config.num_layers, self.pipeline.stage.size)
 
     def execute(self, plan: StepPlan) -> StepResult | None:
         """The step's result on rank 0; None on the others (they only compute)."""
@@ -219,6 +232,6 @@ class Worker:
 
 
 def rank_device(config: EngineConfig, rank: int) -> torch.device:
-    """The device of a tensor-parallel rank: its own GPU, or the host's CPU."""
+    """The device of a rank (numbered across the pipeline stages): its own GPU, or the host's CPU."""
     device = resolve_device(config)
     return torch.device("cuda", rank) if device.type == "cuda" else device

@@ -1,0 +1,60 @@
+"""PipelineParallel: one rank's stage of a pipeline and the channel its activations travel on.
+A stage after the first receives the hidden states and the residual stream of every token of the
+step from the stage before; a stage before the last sends its own to the stage after. Each
+tensor-parallel rank of a stage talks to the rank of the same index in the next stage (after the
+all-reduces every rank of a stage holds the whole activations). The channel is a process group of
+every rank of the engine: gloo between CPU processes, NCCL between GPUs; its CPU twin (gloo) also
+settles what every rank must agree on (the KV cache's block count)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from argosy.server.parallel.stages import PipelineStage
+
+Carried = tuple[torch.Tensor, torch.Tensor]  # (hidden states, residual stream) of a step's tokens
+
+
+@dataclass(frozen=True)
+class PipelineParallel:
+    stage: PipelineStage
+    tp_rank: int  # this rank's index within its stage's tensor-parallel group
+    tp_size: int
+    group: Any  # every rank of the engine, for the activations
+    cpu_group: Any  # the same ranks over gloo
+
+    @property
+    def rank(self) -> int:
+        """This rank's number among all the engine's: stage by stage."""
+        return self._rank_of(self.stage.index)
+
+    def _rank_of(self, stage: int) -> int:
+        return stage * self.tp_size + self.tp_rank
+
+    def send(self, carried: Carried) -> None:
+        """This stage's activations to the next stage."""
+        peer = self._rank_of(self.stage.index + 1)
+        for tag, tensor in enumerate(carried):
+            self.group.send([tensor.contiguous()], peer, tag).wait()
+
+    def receive(self, num_tokens: int, hidden_size: int, dtype: torch.dtype, device: torch.device) -> Carried:
+        """The previous stage's activations of a step of `num_tokens` tokens."""
+        peer = self._rank_of(self.stage.index - 1)
+        carried = []
+        for tag in range(2):
+            tensor = torch.empty(num_tokens, hidden_size, dtype=dtype, device=device)
+            self.group.recv([tensor], peer, tag).wait()
+            carried.append(tensor)
+        return carried[0], carried[1]
+
+    def min_over_ranks(self, value: int) -> int:
+        """The smallest of every rank's `value`, every stage's included."""
+        tensor = torch.tensor([value], dtype=torch.int64)
+        options = dist.AllreduceOptions()
+        options.reduceOp = dist.ReduceOp.MIN
+        self.cpu_group.allreduce([tensor], options).wait()
+        return int(tensor.item())
