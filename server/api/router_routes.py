@@ -33,7 +33,11 @@ def install_router_routes(app: FastAPI, state: ServerState) -> None:
             "model_config": {"model": state.model_name, "served_model_name": state.model_name},
             "cache_config": cache,
             "kv_events_config": None if events is None else dataclasses.asdict(events),
-            "parallel_config": {"tensor_parallel_size": engine.tensor_parallel_size, "data_parallel_size": 1},
+            "parallel_config": {
+                "tensor_parallel_size": engine.tensor_parallel_size,
+                "pipeline_parallel_size": engine.pipeline_parallel_size,
+                "data_parallel_size": 1,
+            },
         }
         return {"vllm_config": config, "model": state.model_name, "block_size": engine.block_size}
 

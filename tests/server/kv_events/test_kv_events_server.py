@@ -41,6 +41,8 @@ def test_it_tells_routers_its_model_block_size_hashing_and_event_sources(events_
     assert info["vllm_config"]["model_config"]["model"] == MODEL
     assert info["vllm_config"]["cache_config"]["block_size"] == 16
     assert info["vllm_config"]["cache_config"]["hash_function"] == "sha256"
+    parallel = info["vllm_config"]["parallel_config"]
+    assert parallel == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1}
     sources = httpx.get(f"{url}/kv_event_sources").json()
     (source,) = sources.values()
     assert list(sources) == ["0"] and source["topic"] == "" and source["publisher"] == "zmq"
