@@ -68,6 +68,18 @@ class EngineConfig:
         "between stages (NCCL; on CPU, gloo); ranks = tensor x pipeline; refused for more stages than layers or "
         "stages too uneven, and, for now, with LoRA, speculative decoding, a KV connector or the host KV tier",
     )
+    nnodes: int = setting(
+        1,
+        "nodes the ranks span (a model larger than one node): each runs tensor x pipeline / nnodes of them, "
+        "numbered stage by stage, so with tensor_parallel_size ranks a node each node holds whole stages; node 0 "
+        "serves the API (the leader), the others run `argosy serve --headless`",
+    )
+    node_rank: int = setting(0, "this node's index, 0 (the leader) to nnodes - 1")
+    master_addr: str = setting("127.0.0.1", "the leader's address, where every node's ranks meet (with nnodes above 1)")
+    master_port: int = setting(
+        29500,
+        "the leader's port for torch.distributed's rendezvous; the next port carries the calls to the other nodes",
+    )
     distributed_executor_backend: ExecutorBackend | None = setting(
         None,
         "where the workers run: uni, one in the engine's own process; mp, each rank in a process of its own fed "
@@ -210,6 +222,7 @@ class EngineConfig:
             "max_num_seqs",
             "tensor_parallel_size",
             "pipeline_parallel_size",
+            "nnodes",
             "max_num_batched_tokens",
             "max_model_len",
             "kv_cache_memory",
@@ -246,6 +259,7 @@ class EngineConfig:
                 param="distributed_executor_backend",
             )
         self._check_pipeline(spec)
+        self._check_nodes()
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise InvalidRequestError(
                 f"max_cpu_loras ({self.max_cpu_loras}) must be at least max_loras ({self.max_loras})",
@@ -257,6 +271,21 @@ class EngineConfig:
             value = getattr(self, name)
             if choices is not None and value not in choices and not (optional and value is None):
                 raise InvalidRequestError(f"{name} must be one of {', '.join(choices)}, got {value!r}", param=name)
+
+    def _check_nodes(self) -> None:
+        if self.ranks % self.nnodes:
+            raise InvalidRequestError(
+                f"nnodes {self.nnodes} does not divide the {self.ranks} ranks (tensor_parallel_size "
+                f"{self.tensor_parallel_size} x pipeline_parallel_size {self.pipeline_parallel_size}) evenly",
+                param="nnodes",
+            )
+        if not 0 <= self.node_rank < self.nnodes:
+            raise InvalidRequestError(
+                f"node_rank must be from 0 to nnodes - 1 ({self.nnodes - 1}), got {self.node_rank}", param="node_rank"
+            )
+        if not 0 < self.master_port < 65535:
+            raise InvalidRequestError(f"master_port must be a TCP port below 65535, got {self.master_port}",
+                                      param="master_port")  # fmt: skip
 
     def _check_pipeline(self, spec: SpeculativeConfig | None) -> None:
         """What pipeline stages cannot serve yet, refused by name: each holds a part of the layers,

@@ -116,6 +116,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"argosy serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_format)
+    if config.headless:
+        from argosy.server.executor.headless import run_headless
+
+        return run_headless(config.engine)
     app = build_app(config)
     state: ServerState = app.state.argosy
     server = DrainingServer(uvicorn_config(app, config), state)

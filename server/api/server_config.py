@@ -23,6 +23,11 @@ class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     host: str = setting("127.0.0.1", "address to listen on")
     port: int = setting(SERVER_PORT, "port to listen on (the API and /metrics)")
+    headless: bool = setting(
+        False,
+        "a node of a model served across nodes that runs its ranks only, for the leader at --master-addr (with "
+        "--nnodes and --node-rank above 0): no API server; the engine's settings come from the leader",
+    )
     api_key: str | None = setting(None, "bearer key required on /v1/*", env=API_KEY_ENV)
     api_key_file: str | None = setting(None, "file holding the bearer key (a mounted Secret stays out of ps)")
     max_waiting_requests: int = setting(1024, "queued requests beyond which new ones get 503 + Retry-After")

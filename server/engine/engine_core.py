@@ -73,6 +73,7 @@ class EngineCore:
             log.info("KV events on %s; block hashes: %s; block size %d", endpoint, described, config.block_size)
         self.executor = executor or make_executor(config, self.model_config, self.limits, tuple(eos))
         self.device = self.executor.start()
+        log.info(self.device.startup)  # here, not in the worker: the driver may run on another node
         self.grammars = GrammarGate(
             GrammarCompiler(
                 tokenizer_folder,

@@ -34,20 +34,21 @@ class WorkerSpec:
     eos_token_ids: tuple[int, ...]
     tensor_size: int  # ranks in each pipeline stage
     pipeline_size: int  # stages
-    address: tuple[str, int]  # rank 0 serves the group's rendezvous there
+    address: tuple[str, int]  # rank 0 serves the groups' rendezvous there
     queue: tuple[int, str, int]  # the executor's MessageQueue.handle()
 
 
-def worker_main(rank: int, spec: WorkerSpec, replies: Connection) -> None:
+def worker_main(rank: int, index: int, spec: WorkerSpec, replies: Connection) -> None:
+    """Rank `rank` of the engine, reader `index` of its node's queue."""
     _die_with_parent()
     replies.send_bytes(HELLO)
     from argosy.server.worker.worker import Worker, rank_device
 
-    calls = MessageQueue(spec.queue[0], spec.queue[1], rank, spec.queue[2])
+    calls = MessageQueue(spec.queue[0], spec.queue[1], index, spec.queue[2])
     device = rank_device(spec.config, rank)
     size = spec.tensor_size * spec.pipeline_size
     if device.type == "cpu":
-        share_cpu_threads(size)
+        share_cpu_threads(size // spec.config.nnodes)
     shards, pipeline = SINGLE, None
     if size > 1:
         layers = spec.model.num_layers
@@ -65,7 +66,7 @@ def worker_main(rank: int, spec: WorkerSpec, replies: Connection) -> None:
 
 
 def share_cpu_threads(size: int) -> None:
-    """On a CPU host the ranks share its cores: each takes its part, none oversubscribes them."""
+    """On a CPU host its `size` ranks share its cores: each takes its part, none oversubscribes them."""
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
 
 

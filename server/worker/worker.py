@@ -131,8 +131,6 @@ class Worker:
             sum((each.model.checkpoint_read for each in runners), ReadStats()),
             [] if self.pipeline is None else [s.describe() for s in self._stages()],
         )
-        if self.driver:
-            log.info(report.line())
         # Where other replicas pull this one's blocks from: only a P/D connector has one (a plug-in need not say).
         address = getattr(self.kv_connector, "address", None)
         return DeviceReady(num_blocks, report.line(), connector_blocks, report.weight_bytes, block_bytes, address)
@@ -232,6 +230,7 @@ class Worker:
 
 
 def rank_device(config: EngineConfig, rank: int) -> torch.device:
-    """The device of a rank (numbered across the pipeline stages): its own GPU, or the host's CPU."""
+    """The device of a rank (numbered across the stages and nodes): its own GPU of its node's, or
+    the host's CPU."""
     device = resolve_device(config)
-    return torch.device("cuda", rank) if device.type == "cuda" else device
+    return torch.device("cuda", rank % (config.ranks // config.nnodes)) if device.type == "cuda" else device
