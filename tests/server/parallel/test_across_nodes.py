@@ -61,9 +61,10 @@ def test_two_nodes_serve_the_one_process_servers_tokens_and_a_lost_rank_ends_the
     master_port = free_port()
     stages = ["--pipeline-parallel-size", "2"]
     leader_command = [*stages, *leader_flags(master_port)]
-    with headless_node(four_layers, master_port, *stages) as (node, node_log), serve_process(
-        four_layers, *leader_command
-    ) as leader:
+    with (
+        headless_node(four_layers, master_port, *stages) as (node, node_log),
+        serve_process(four_layers, *leader_command) as leader,
+    ):
         assert completions(leader.url) == expected
         # The start-up line comes from the driver, on the headless node, and the leader says it.
         assert "pipeline of 2 stages (stage 0: embedding, layers 0-1; stage 1: layers 2-3" in leader.output()
