@@ -1,4 +1,5 @@
-"""InferenceService -> the Deployment of `argosy serve` pods."""
+"""InferenceService -> the Deployment of `argosy serve` pods (and the pod template that a
+LeaderWorkerSet's leaders and workers start from, leader_worker_set.py)."""
 
 from __future__ import annotations
 
@@ -86,14 +87,19 @@ def build_deployment(owner: Owner, spec: InferenceServiceSpec, cache_root: str =
         },
         # A rollout may take as long as a model load; only then is it reported as stuck.
         "progressDeadlineSeconds": spec.startupTimeoutSeconds + PROGRESS_MARGIN_SECONDS,
-        "template": {
-            "metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
-            "spec": _pod_spec(owner, spec, cache_root),
-        },
+        "template": pod_template(owner, spec, cache_root),
     }
     if spec.autoscaling is None:  # with autoscaling, the replica count belongs to KEDA's HPA
         deployment_spec["replicas"] = spec.replicas
     return manifest(DEPLOYMENT, owner, deployment_spec)
+
+
+def pod_template(owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT) -> dict[str, Any]:
+    """The pods of `argosy serve`: a Deployment's, or a LeaderWorkerSet's leader and workers'."""
+    return {
+        "metadata": {"labels": labels(owner), "annotations": _pod_annotations(spec)},
+        "spec": _pod_spec(owner, spec, cache_root),
+    }
 
 
 def _pod_annotations(spec: InferenceServiceSpec) -> dict[str, str]:

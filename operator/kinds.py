@@ -39,6 +39,7 @@ class Kind:
 
 
 DEPLOYMENT = Kind("apps", "v1", "deployments", "Deployment")
+LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
 SERVICE = Kind("", "v1", "services", "Service")
 CONFIG_MAP = Kind("", "v1", "configmaps", "ConfigMap")
 PDB = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget")
@@ -54,9 +55,11 @@ INFERENCE_SERVICE = Kind(GROUP, VERSION, "inferenceservices", "InferenceService"
 MODEL_CACHE = Kind(GROUP, VERSION, "modelcaches", "ModelCache")
 NODE = Kind("", "v1", "nodes", "Node")  # cluster-scoped: its path takes no namespace
 SECRET = Kind("", "v1", "secrets", "Secret")
-# What the operator creates for an InferenceService (pods through the Deployment), and so watches.
+# What the operator creates for an InferenceService (pods through the Deployment or the
+# LeaderWorkerSet), and so watches.
 OWNED_KINDS = (
     DEPLOYMENT,
+    LEADER_WORKER_SET,
     SERVICE,
     PDB,
     POD,

@@ -17,6 +17,7 @@ PROFILE_MANAGED_BY = "argosy-profile"
 
 
 ROLE_LABEL = "argosy.dev/role"  # prefill or decode, under spec.disaggregation
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"  # a LeaderWorkerSet's pods: "0" on leaders
 
 
 def selector_labels(owner: Owner) -> dict[str, str]:
@@ -24,6 +25,11 @@ def selector_labels(owner: Owner) -> dict[str, str]:
     carry their role too; the service's selector (no role) takes both."""
     base = {"app.kubernetes.io/name": "argosy", "app.kubernetes.io/instance": owner.name}
     return base if owner.role is None else {**base, ROLE_LABEL: owner.role}
+
+
+def serving_labels(owner: Owner, leaders_only: bool = False) -> dict[str, str]:
+    """The pods that answer the API: all of them, or, when they are LeaderWorkerSet groups, the leaders."""
+    return selector_labels(owner) | ({WORKER_INDEX_LABEL: "0"} if leaders_only else {})
 
 
 def labels(owner: Owner) -> dict[str, str]:

@@ -12,6 +12,7 @@ from argosy.operator.kinds import (
     HTTP_ROUTE,
     INFERENCE_POOL,
     INFERENCE_SERVICE,
+    LEADER_WORKER_SET,
     NODE,
     PDB,
     POD,
@@ -32,7 +33,7 @@ RULES: list[Rule] = [
     (PDB.group, (PDB.plural,), ("get", "list", "watch", "create", "patch")),
     *(
         (k.group, (k.plural,), ("get", "list", "watch", "create", "patch", "delete"))
-        for k in (DEPLOYMENT, SERVICE, CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
+        for k in (DEPLOYMENT, LEADER_WORKER_SET, SERVICE, CONFIG_MAP, SCALED_OBJECT, INFERENCE_POOL, HTTP_ROUTE)
     ),
     # The router's identity, and its Role and binding (ROUTER_RULES).
     *(

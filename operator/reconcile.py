@@ -20,6 +20,7 @@ from argosy.operator.kinds import (
     DEPLOYMENT,
     HTTP_ROUTE,
     INFERENCE_POOL,
+    LEADER_WORKER_SET,
     MODEL_CACHE,
     PDB,
     POD,
@@ -32,6 +33,7 @@ from argosy.operator.kinds import (
 )
 from argosy.operator.kube import KindNotInstalled, KubeClient
 from argosy.operator.labels import selector_string
+from argosy.operator.leader_worker_set import build_leader_worker_set, spans_pods
 from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT
 from argosy.operator.model_cache.status import service_cache
 from argosy.operator.objectives import Thresholds, thresholds_from_config_map
@@ -50,11 +52,13 @@ ADD_ON_KINDS = {
     SCALED_OBJECT: ("KEDANotInstalled", "autoscaling needs KEDA"),
     HTTP_ROUTE: ("GatewayAPINotInstalled", "a route needs the Gateway API's CRDs"),
     INFERENCE_POOL: ("InferencePoolNotInstalled", "routing needs the Gateway API Inference Extension's CRDs"),
+    LEADER_WORKER_SET: ("LeaderWorkerSetNotInstalled", "a model spanning pods needs LeaderWorkerSet's CRDs"),
 }
 # Objects only some specs have, by kind and name suffix, in the order they go when the spec drops
 # them: the ScaledObject before the replica count returns to the Deployment, a route before the pool
 # it sends to, the router before its permissions.
-# A disaggregated service's roles replace its one Deployment, and the other way round.
+# A disaggregated service's roles replace its one Deployment, and the other way round; so does the
+# LeaderWorkerSet of a model that spans pods.
 OPTIONAL_OBJECTS = (
     *((SCALED_OBJECT, suffix) for suffix in ("", *role_suffixes())),
     (HTTP_ROUTE, ""),
@@ -62,6 +66,7 @@ OPTIONAL_OBJECTS = (
     (CONFIG_MAP, ""),
     *((kind, ROUTER_SUFFIX) for kind in (DEPLOYMENT, SERVICE, ROLE_BINDING, ROLE, SERVICE_ACCOUNT)),
     *((DEPLOYMENT, suffix) for suffix in ("", *role_suffixes())),
+    (LEADER_WORKER_SET, ""),
 )
 
 
@@ -75,18 +80,20 @@ class ReconcileResult:
 def desired_objects(
     owner: Owner, spec: InferenceServiceSpec, cache_root: str = DEFAULT_CACHE_ROOT, thresholds: Thresholds | None = None
 ) -> list[tuple[Kind, dict[str, Any]]]:
-    if spec.disaggregation is None:
-        objects = [(DEPLOYMENT, build_deployment(owner, spec, cache_root))]
-    else:
+    if spec.disaggregation is not None:
         objects = build_role_objects(owner, spec, cache_root)
-    objects += [(SERVICE, build_service(owner)), (PDB, build_pdb(owner, spec))]
+    elif spans_pods(spec):
+        objects = [(LEADER_WORKER_SET, build_leader_worker_set(owner, spec, cache_root))]
+    else:
+        objects = [(DEPLOYMENT, build_deployment(owner, spec, cache_root))]
+    objects += [(SERVICE, build_service(owner, leaders_only=spans_pods(spec))), (PDB, build_pdb(owner, spec))]
     if spec.autoscaling is not None:
         objects.append((SCALED_OBJECT, build_scaled_object(owner, spec, thresholds)))
     if lora_enabled(spec):
         objects.append((CONFIG_MAP, build_adapters_config_map(owner, spec)))
     routing = spec.routing
     if routing is not None and routing.endpointPicker is not None:
-        objects.append((INFERENCE_POOL, build_inference_pool(owner, routing.endpointPicker)))
+        objects.append((INFERENCE_POOL, build_inference_pool(owner, routing.endpointPicker, spans_pods(spec))))
         if routing.route is not None:
             objects.append((HTTP_ROUTE, build_http_route(owner, spec, routing.route)))
     if routing is not None and routing.router is not None:
@@ -170,9 +177,11 @@ def _serving_status(
     previous: list[dict[str, Any]],
     routing: Problem | None,
 ) -> dict[str, Any]:
-    """The pods' part of the status: of the one Deployment, or of each role's."""
+    """The pods' part of the status: of the one Deployment (or LeaderWorkerSet, its replicas the
+    groups), or of each role's."""
     owners = [owner] if spec.disaggregation is None else [owner.as_role(role) for role in ROLES]
-    live = {o.role: applied.get((DEPLOYMENT, o.object_name)) for o in owners}
+    pods_kind = LEADER_WORKER_SET if spans_pods(spec) else DEPLOYMENT  # their status has the same fields
+    live = {o.role: applied.get((pods_kind, o.object_name)) for o in owners}
     pods = {o.role: kube.list(POD, o.namespace, selector_string(o)) if live[o.role] is not None else [] for o in owners}
     if spec.disaggregation is not None:
         return disaggregated_status(owner, spec, live, pods, problem, previous, now(), routing)

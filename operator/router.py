@@ -15,7 +15,8 @@ from typing import Any
 from argosy.operator.deployment import container_security, dump_items, pod_security
 from argosy.operator.disaggregation import pd_router_args
 from argosy.operator.kinds import DEPLOYMENT, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT, Kind
-from argosy.operator.labels import metadata, router_labels, router_selector_labels, selector_labels
+from argosy.operator.labels import metadata, router_labels, router_selector_labels, serving_labels
+from argosy.operator.leader_worker_set import spans_pods
 from argosy.operator.model_cache.nodes import DEFAULT_CACHE_ROOT, READY, copy_folder, ready_label
 from argosy.operator.owner import Owner
 from argosy.operator.rbac import ROUTER_RULES
@@ -39,9 +40,10 @@ def router_url(owner: Owner) -> str:
     return f"http://{router_name(owner)}.{owner.namespace}.svc:{ROUTER_PORT}/v1"
 
 
-def router_args(owner: Owner, router: RouterSpec, disaggregated: bool = False) -> list[str]:
-    """Disaggregated: the router's P/D mode, each role found by its own selector."""
-    selector = [f"{key}={value}" for key, value in selector_labels(owner).items()]
+def router_args(owner: Owner, router: RouterSpec, disaggregated: bool = False, leaders_only: bool = False) -> list[str]:
+    """Disaggregated: the router's P/D mode, each role found by its own selector; `leaders_only`: the
+    pods are LeaderWorkerSet groups, whose leaders alone serve."""
+    selector = [f"{key}={value}" for key, value in serving_labels(owner, leaders_only).items()]
     discovery = pd_router_args(owner) if disaggregated else ["--selector", *selector]
     return [
         "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--policy", router.policy,
@@ -94,7 +96,7 @@ def _deployment_spec(owner: Owner, spec: InferenceServiceSpec, router: RouterSpe
         "image": router.image or spec.image,
         "imagePullPolicy": spec.imagePullPolicy,
         "command": ["vllm-router"],
-        "args": router_args(owner, router, spec.disaggregation is not None),
+        "args": router_args(owner, router, spec.disaggregation is not None, spans_pods(spec)),
         "ports": [
             {"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"},

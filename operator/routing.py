@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from argosy.operator.kinds import GATEWAY, HTTP_ROUTE, INFERENCE_POOL, SERVICE
-from argosy.operator.labels import manifest, selector_labels
+from argosy.operator.labels import manifest, serving_labels
 from argosy.operator.owner import Owner
 from argosy.operator.spec import EndpointPickerSpec, InferenceServiceSpec, RouteSpec
 from argosy.server.interface import SERVER_PORT
@@ -19,12 +19,13 @@ from argosy.server.interface import SERVER_PORT
 MODEL_HEADER = "X-Gateway-Model-Name"
 
 
-def build_inference_pool(owner: Owner, picker: EndpointPickerSpec) -> dict[str, Any]:
+def build_inference_pool(owner: Owner, picker: EndpointPickerSpec, leaders_only: bool = False) -> dict[str, Any]:
+    """`leaders_only`: the pods are LeaderWorkerSet groups, whose leaders alone serve the API."""
     return manifest(
         INFERENCE_POOL,
         owner,
         {
-            "selector": {"matchLabels": selector_labels(owner)},
+            "selector": {"matchLabels": serving_labels(owner, leaders_only)},
             "targetPorts": [{"number": SERVER_PORT}],
             "endpointPickerRef": {
                 "kind": SERVICE.kind,

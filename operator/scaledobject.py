@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from argosy.operator.kinds import DEPLOYMENT, SCALED_OBJECT
+from argosy.operator.kinds import DEPLOYMENT, LEADER_WORKER_SET, SCALED_OBJECT
 from argosy.operator.labels import manifest
+from argosy.operator.leader_worker_set import spans_pods
 from argosy.operator.objectives import Thresholds
 from argosy.operator.owner import Owner
 from argosy.operator.spec import InferenceServiceSpec
@@ -41,15 +42,16 @@ from argosy.server.interface import GENERATION_TOKENS_METRIC, KV_USAGE_METRIC, R
 HELD_METRICS = ("llm_d_epp_flow_control_queue_size", "inference_extension_flow_control_queue_size")
 
 
-def pods_query(owner: Owner, metric: str, rate: str | None = None) -> str:
-    """The sum of a metric over this service's pods; of its per-second rate over `rate` (a range)."""
-    pods = f"{owner.object_name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+def pods_query(owner: Owner, metric: str, rate: str | None = None, groups: bool = False) -> str:
+    """The sum of a metric over this service's pods; of its per-second rate over `rate` (a range).
+    `groups`: the pods are a LeaderWorkerSet's, whose leaders (`<name>-<group>`) serve and are scraped."""
+    pods = f"{owner.object_name}-[0-9]{{1,5}}" if groups else f"{owner.object_name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
     series = f'{metric}{{namespace="{owner.namespace}",pod=~"{pods}"}}'
     return f"sum({series if rate is None else f'rate({series}[{rate}])'}) or vector(0)"
 
 
-def waiting_requests_query(owner: Owner) -> str:
-    return pods_query(owner, WAITING_METRIC)
+def waiting_requests_query(owner: Owner, groups: bool = False) -> str:
+    return pods_query(owner, WAITING_METRIC, groups=groups)
 
 
 def held_requests_query(owner: Owner) -> str:
@@ -67,18 +69,20 @@ def build_scaled_object(
     waiting = a.targetWaitingRequests
     if thresholds is not None and "targetWaitingRequests" not in a.model_fields_set:
         waiting = thresholds.waiting_requests
+    groups = spans_pods(service)
+    target = LEADER_WORKER_SET if groups else DEPLOYMENT  # a LeaderWorkerSet scales by groups
     # trigger name -> (query, value per replica)
-    triggers = {"waiting-requests": (waiting_requests_query(owner), waiting)}
+    triggers = {"waiting-requests": (waiting_requests_query(owner, groups), waiting)}
     if service.routing is not None and service.routing.endpointPicker is not None:
         triggers["held-requests"] = (held_requests_query(owner), waiting)
     if thresholds is not None:
-        tokens = pods_query(owner, GENERATION_TOKENS_METRIC, rate="1m")
+        tokens = pods_query(owner, GENERATION_TOKENS_METRIC, rate="1m", groups=groups)
         triggers["output-tokens"] = (tokens, thresholds.tokens_per_second)
-        triggers["kv-cache-usage"] = (pods_query(owner, KV_USAGE_METRIC), thresholds.kv_cache_usage)
+        triggers["kv-cache-usage"] = (pods_query(owner, KV_USAGE_METRIC, groups=groups), thresholds.kv_cache_usage)
     elif a.minReplicas == 0:
-        triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC), service.engine.maxNumSeqs)
+        triggers["running-requests"] = (pods_query(owner, RUNNING_METRIC, groups=groups), service.engine.maxNumSeqs)
     spec: dict[str, Any] = {
-        "scaleTargetRef": {"apiVersion": DEPLOYMENT.api_version, "kind": DEPLOYMENT.kind, "name": owner.object_name},
+        "scaleTargetRef": {"apiVersion": target.api_version, "kind": target.kind, "name": owner.object_name},
         "minReplicaCount": a.minReplicas,
         "maxReplicaCount": a.maxReplicas,
         "pollingInterval": a.pollingIntervalSeconds,

@@ -305,6 +305,18 @@ class EngineSpec(KubeModel):
                 "spec.engine.swapSpace does not keep a draft model's KV cache: use ngram speculation or none",
                 ".swapSpace",
             ),
+            *(
+                cel(
+                    f"self.pipelineParallelSize == 1 || {absent}",
+                    f"spec.engine.{name} is not served with spec.engine.pipelineParallelSize above 1 yet",
+                    f".{name}",
+                )
+                for name, absent in (
+                    ("speculativeConfig", "!has(self.speculativeConfig)"),
+                    ("kvTransferConfig", "!has(self.kvTransferConfig)"),
+                    ("swapSpace", "double(self.swapSpace) == 0.0"),
+                )
+            ),
         )
     )
 
@@ -409,7 +421,20 @@ class EngineSpec(KubeModel):
         le=16,
         description=(
             "Ranks that split each layer's heads and MLP (--tensor-parallel-size), one GPU each, within the pod's "
-            "node; set the pod's nvidia.com/gpu limit to the same number. Beyond one node, add replicas instead."
+            "node; set the pod's nvidia.com/gpu limit to the same number. A model larger than one node adds "
+            "pipelineParallelSize."
+        ),
+    )
+    pipelineParallelSize: int = serve_setting(
+        "pipeline_parallel_size",
+        ge=1,
+        le=16,
+        description=(
+            "Stages the decoder layers are split into (--pipeline-parallel-size), each of tensorParallelSize "
+            "ranks. With the pod's nvidia.com/gpu limit at tensorParallelSize (or no GPU), each pod holds one "
+            "stage and every replica is a group of that many pods, made as a LeaderWorkerSet (its CRD installed): "
+            "the leader serves the API, the workers run their stages, and a pod that fails restarts its group. "
+            "With the limit at tensorParallelSize x pipelineParallelSize, one pod holds every stage."
         ),
     )
     schedulingPolicy: SchedulingPolicy = serve_setting(
@@ -758,6 +783,7 @@ class RolloutSpec(KubeModel):
 
 
 _TP = "(has(self.engine) && has(self.engine.tensorParallelSize) ? self.engine.tensorParallelSize : 1)"
+_PP = "(has(self.engine) && has(self.engine.pipelineParallelSize) ? self.engine.pipelineParallelSize : 1)"
 
 
 class InferenceServiceSpec(KubeModel):
@@ -800,10 +826,21 @@ class InferenceServiceSpec(KubeModel):
             ),
             cel(
                 f"!has(self.resources) || !has(self.resources.limits) || !('nvidia.com/gpu' in self.resources.limits)"
-                f" || {_TP} == int(string(self.resources.limits['nvidia.com/gpu']))",
-                "spec.resources.limits['nvidia.com/gpu'] must equal spec.engine.tensorParallelSize: each rank takes "
-                "one GPU of the pod's node",
+                f" || int(string(self.resources.limits['nvidia.com/gpu'])) in [{_TP}, {_TP} * {_PP}]",
+                "spec.resources.limits['nvidia.com/gpu'] must equal spec.engine.tensorParallelSize (one pipeline stage "
+                "a pod) or tensorParallelSize x pipelineParallelSize (every stage in one pod): each rank takes one GPU "
+                "of the pod's node",
                 ".resources",
+            ),
+            cel(
+                f"{_PP} == 1 || (!has(self.lora) && (!has(self.adapters) || size(self.adapters) == 0))",
+                "spec.lora and spec.adapters are not served with spec.engine.pipelineParallelSize above 1 yet",
+                ".engine.pipelineParallelSize",
+            ),
+            cel(
+                f"!has(self.disaggregation) || {_PP} == 1",
+                "spec.disaggregation hands blocks between single-rank pods: spec.engine.pipelineParallelSize must be 1",
+                ".disaggregation",
             ),
         )
     )

@@ -31,11 +31,13 @@ HTTP_ROUTES = kmock.resource("gateway.networking.k8s.io", "v1", "httproutes")
 SERVICE_ACCOUNTS = kmock.resource("", "v1", "serviceaccounts")
 ROLES = kmock.resource("rbac.authorization.k8s.io", "v1", "roles")
 ROLE_BINDINGS = kmock.resource("rbac.authorization.k8s.io", "v1", "rolebindings")
+LEADER_WORKER_SETS = kmock.resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 # Each add-on's kinds: (resource, kind, singular).
 ADD_ONS = {
     "keda": [(SCALED_OBJECTS, "ScaledObject", "scaledobject")],
     "inference-extension": [(INFERENCE_POOLS, "InferencePool", "inferencepool")],
     "gateway-api": [(HTTP_ROUTES, "HTTPRoute", "httproute")],
+    "lws": [(LEADER_WORKER_SETS, "LeaderWorkerSet", "leaderworkerset")],
 }
 NS = "llm"
 _current: dict[str, Any] = {}  # this test's emulator and its URL
@@ -191,9 +193,10 @@ def path(resource, name: str | None = None, namespace: str = NS, subresource: st
     return result + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
 
 
-async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int) -> None:
-    """Plays the Deployment controller: the rollout of the current generation has `ready` pods."""
-    deployment = live(emulator, DEPLOYMENTS, name)
+async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int, resource=DEPLOYMENTS) -> None:
+    """Plays the Deployment controller (or LeaderWorkerSet's, whose status has the same fields, its
+    replicas the groups): the rollout of the current generation has `ready` pods."""
+    deployment = live(emulator, resource, name)
     replicas = deployment["spec"].get("replicas", 1)
     status = {
         "observedGeneration": deployment["metadata"]["generation"],
@@ -202,7 +205,7 @@ async def mark_deployment_ready(emulator: ClusterEmulator, name: str, ready: int
         "readyReplicas": ready,
         "availableReplicas": ready,
     }
-    await patch(emulator, DEPLOYMENTS, name, {"status": status}, subresource="status")
+    await patch(emulator, resource, name, {"status": status}, subresource="status")
 
 
 async def patch(

@@ -98,11 +98,13 @@ def admit(obj: dict[str, Any], schema: dict[str, Any] | None = None) -> tuple[di
 
 
 # The add-ons' own CRDs, kept beside the repository as reference data: KEDA v2.20, the
-# Inference Extension's InferencePool and the Gateway API's HTTPRoute (standard channel).
+# Inference Extension's InferencePool, the Gateway API's HTTPRoute (standard channel) and
+# LeaderWorkerSet.
 ADD_ON_CRDS = {
     "ScaledObject": ROOT.parent / "shared" / "keda" / "keda.sh_scaledobjects.yaml",
     "InferencePool": ROOT.parent / "shared" / "gateway-api" / "inference.networking.k8s.io_inferencepools.yaml",
     "HTTPRoute": ROOT.parent / "shared" / "gateway-api" / "gateway.networking.k8s.io_httproutes.yaml",
+    "LeaderWorkerSet": ROOT.parent / "shared" / "lws" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
 }
 
 

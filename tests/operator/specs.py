@@ -31,6 +31,18 @@ SPECS = {
         "engine": {"tensorParallelSize": 2},
         "resources": {"limits": {"nvidia.com/gpu": "2"}},
     },
+    "across-nodes": {  # two stages of 8 ranks: a LeaderWorkerSet of groups of 2 pods, scaled by KEDA
+        "model": MODEL,
+        "engine": {"tensorParallelSize": 8, "pipelineParallelSize": 2},
+        "resources": {"limits": {"nvidia.com/gpu": 8}},
+        "autoscaling": AUTOSCALING,
+        "routing": ROUTING,
+    },
+    "pipeline-in-one-pod": {  # two stages of 2 ranks in one pod of 4 GPUs: a Deployment
+        "model": MODEL,
+        "engine": {"tensorParallelSize": 2, "pipelineParallelSize": 2},
+        "resources": {"limits": {"nvidia.com/gpu": 4}},
+    },
     "tensor-parallel-lora-and-draft": {  # each rank its share of an adapter; the draft whole on rank 0
         "model": MODEL,
         "engine": {

@@ -151,6 +151,19 @@ BAD = [
     (with_("engine", {"swapSpace": 4, "speculativeConfig": {"method": "draft_model", "numSpeculativeTokens": 4,
                                                             "model": "d"}}), ["spec.engine.swapSpace", "draft model"]),
     (with_("engine", {"swapSpace": 4, "kvTransferConfig": {}}), ["spec.engine.kvTransferConfig", "give one"]),
+    ({"model": MODEL, "engine": {"tensorParallelSize": 2, "pipelineParallelSize": 2},
+      "resources": {"limits": {"nvidia.com/gpu": 3}}}, ["nvidia.com/gpu", "x pipelineParallelSize"]),
+    ({"model": MODEL, "routing": {"router": {}}, "disaggregation": {}, "engine": {"pipelineParallelSize": 2}}, [
+        "spec.disaggregation", "pipelineParallelSize must be 1"]),
+    ({"model": MODEL, "engine": {"pipelineParallelSize": 2}, "adapters": ADAPTERS}, [
+        "spec.lora and spec.adapters are not served with spec.engine.pipelineParallelSize"]),
+    (with_("engine", {"pipelineParallelSize": 2, "speculativeConfig": {"method": "ngram", "numSpeculativeTokens": 4}}),
+     ["spec.engine.speculativeConfig is not served with spec.engine.pipelineParallelSize"]),
+    (with_("engine", {"pipelineParallelSize": 2, "kvTransferConfig": {}}), [
+        "spec.engine.kvTransferConfig is not served with spec.engine.pipelineParallelSize"]),
+    (with_("engine", {"pipelineParallelSize": 2, "swapSpace": 4}), [
+        "spec.engine.swapSpace is not served with spec.engine.pipelineParallelSize"]),
+    (with_("engine.pipelineParallelSize", 0), ["spec.engine.pipelineParallelSize", "minimum"]),
     ({"model": MODEL, "disaggregation": {}}, ["spec.disaggregation", "needs spec.routing.router"]),
     (with_("disaggregation", {}) | {"routing": {"router": {}}}, ["spec.autoscaling", "autoscale each role"]),
     ({"model": MODEL, "routing": {"router": {}}, "disaggregation": {}, "engine": {"tensorParallelSize": 2}}, [
@@ -190,9 +203,10 @@ def test_every_cel_rule_has_a_failing_case():
             collect(sub)
 
     collect(openapi_schema(CRD))
-    # (each role of spec.disaggregation has its own autoscaling rule and its objectives' refusal: 30). Tensor
+    # (each role of spec.disaggregation has its own autoscaling rule and its objectives' refusal; pipeline
+    # parallelism refuses LoRA, speculation, KV connectors, the host tier and disaggregation: 35). Tensor
     # parallelism serves LoRA and draft models: no rule refuses them.
-    assert len(rules) == 30
+    assert len(rules) == 35
     bad_name = resource({"model": MODEL})
     bad_name["metadata"]["name"] = "8b"
     long_name = resource({"model": MODEL, "routing": {"router": {}}, "disaggregation": {}})

@@ -10,6 +10,7 @@ from tests.operator.cluster import (
     DEPLOYMENTS,
     HTTP_ROUTES,
     INFERENCE_POOLS,
+    LEADER_WORKER_SETS,
     MODEL_CACHES,
     NS,
     PDBS,
@@ -74,6 +75,14 @@ async def test_rbac_rules_equal_the_calls_of_a_full_lifecycle(cluster):
             )
         await patch(cluster, AIS, "llama", {"spec": {"routing": None}})
         await eventually(lambda: live(cluster, SERVICE_ACCOUNTS, "llama-router") is None)
+        # A model spanning pods: its Deployment replaced by a LeaderWorkerSet, which goes when it fits one pod.
+        stages = {"engine": {"pipelineParallelSize": 2}}
+        await patch(cluster, AIS, "llama", {"spec": stages})
+        await eventually(lambda: live(cluster, LEADER_WORKER_SETS, "llama") and not live(cluster, DEPLOYMENTS, "llama"))
+        await patch(cluster, LEADER_WORKER_SETS, "llama", {"spec": {"replicas": 7}})
+        await eventually(lambda: live(cluster, LEADER_WORKER_SETS, "llama")["spec"]["replicas"] == 1)
+        await patch(cluster, AIS, "llama", {"spec": {"engine": {"pipelineParallelSize": 1}}})
+        await eventually(lambda: live(cluster, DEPLOYMENTS, "llama") and not live(cluster, LEADER_WORKER_SETS, "llama"))
         # A service whose checkpoint a ModelCache holds on the nodes.
         await cluster.post("/api/v1/nodes", json={"metadata": {"name": "node-a"}})
         cache = {"source": {"http": {"url": "https://models.example/llama"}}, "manifestPath": "manifest.json"}

@@ -75,7 +75,7 @@ def test_routing_objects_come_and_go_with_the_spec():
     router = ["Deployment svc-router", "Service svc-router", "RoleBinding svc-router", "Role svc-router",
               "ServiceAccount svc-router"]  # fmt: skip
     roles_scaled = ["ScaledObject svc-prefill", "ScaledObject svc-decode"]
-    roles = ["Deployment svc-prefill", "Deployment svc-decode"]
+    roles = ["Deployment svc-prefill", "Deployment svc-decode", "LeaderWorkerSet svc"]
     assert dropped("plain-gpu") == ["ScaledObject svc", *roles_scaled, "HTTPRoute svc", "InferencePool svc",
                                     "ConfigMap svc", *router, *roles]  # fmt: skip
     assert dropped("pool-only") == [
@@ -89,7 +89,10 @@ def test_routing_objects_come_and_go_with_the_spec():
     assert dropped("routed-from-zero") == [*roles_scaled, "ConfigMap svc", *router, *roles]
     # Disaggregated: the roles replace the one Deployment (its scaled role keeps its ScaledObject).
     assert dropped("disaggregated") == ["ScaledObject svc", "ScaledObject svc-prefill", "HTTPRoute svc",
-                                        "InferencePool svc", "ConfigMap svc", "Deployment svc"]  # fmt: skip
+                                        "InferencePool svc", "ConfigMap svc", "Deployment svc",
+                                        "LeaderWorkerSet svc"]  # fmt: skip
+    # Across nodes: the LeaderWorkerSet replaces the Deployment.
+    assert "Deployment svc" in dropped("across-nodes") and "LeaderWorkerSet svc" not in dropped("across-nodes")
 
 
 def test_with_routing_the_picker_queue_wakes_the_service_from_zero():
@@ -127,7 +130,8 @@ def test_every_generated_query_is_valid_promql(tmp_path):
     }
     running = waiting_requests_query(OWNER).replace("waiting", "running")
     decode_role = waiting_requests_query(OWNER.as_role("decode"))  # spec.disaggregation's scaled role
-    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER), running, decode_role}
+    leaders = waiting_requests_query(OWNER, groups=True)  # a LeaderWorkerSet's leaders
+    assert queries == {waiting_requests_query(OWNER), held_requests_query(OWNER), running, decode_role, leaders}
     generated = check_rules(tmp_path, "generated", sorted(queries))
     assert generated.returncode == 0, generated.stdout + generated.stderr
     assert check_rules(tmp_path, "broken", ['sum(x{a="b") or']).returncode != 0  # promtool does parse them
