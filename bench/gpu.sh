@@ -60,7 +60,8 @@ if [[ $DRY_RUN == 1 ]]; then
     toy=$(mktemp -d)/toy
     python3 bench/random_checkpoint.py "$toy" --shape toy >/dev/null
     step lora 300 python3 bench/lora.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1 --no-server
-    step tp-bench 300 python3 bench/tensor_parallel.py --model "$toy" --sizes 1 2 --steps 2 --prompt-tokens 16
+    step tp-bench 300 python3 bench/tensor_parallel.py --model "$toy" --sizes 1 2 --stages 1 2 --steps 2 \
+        --prompt-tokens 16
     step async 300 python3 bench/async_scheduling.py --model "$toy" --num-requests 4 --max-tokens 4 --repeats 1
     if python3 -P -c "import xgrammar" 2>/dev/null; then
         # The toy vocabulary (w0, w1, ...) spells no JSON: the default model's does.
@@ -87,12 +88,14 @@ else
     else
         echo "the default model is not installed here: throughput and LoRA benches skipped" | tee "$OUT/throughput.txt"
     fi
-    # Tensor parallelism needs two devices: its tests on NCCL, and one rank against two on an 8B shape.
+    # Tensor and pipeline parallelism need two devices: the tests on NCCL, and one rank against two (split
+    # by heads, and by layers in two stages) on an 8B shape.
     if [[ $(python3 -P -c "import torch; print(torch.cuda.device_count())") -ge 2 ]]; then
         step tp-tests 120 python3 -P -m pytest -q -p no:cacheprovider tests/server/parallel
         big=$(mktemp -d)/llama-8b
         python3 bench/random_checkpoint.py "$big" --shape llama3-8b >/dev/null
         step tp-bench 180 python3 bench/tensor_parallel.py --model "$big" --sizes 1 2
+        step pp-bench 180 python3 bench/tensor_parallel.py --model "$big" --sizes 1 --stages 1 2
     fi
 fi
 exit $status
