@@ -184,6 +184,11 @@ class EngineConfig:
         """Worker processes: tensor_parallel_size in each of pipeline_parallel_size stages."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
+    @property
+    def ranks_per_node(self) -> int:
+        """The ranks each of the nnodes nodes runs (the nodes' first ranks, numbered stage by stage)."""
+        return self.ranks // self.nnodes
+
     @functools.cached_property
     def kv_transfer(self) -> KVTransferConfig | None:
         """The KV connector, parsed: kv_transfer_config's, or the host tier --swap-space asks for."""

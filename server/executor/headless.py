@@ -33,7 +33,7 @@ def run_headless(config: EngineConfig) -> int:
         log.error("the leader at %s:%d sent no engine settings", *address)
         return 1
     spec = msgspec.msgpack.decode(frame[2], type=WorkerSpec)
-    per_node = spec.tensor_size * spec.pipeline_size // spec.config.nnodes
+    per_node = spec.config.ranks_per_node
     first = config.node_rank * per_node
     ranks = LocalRanks(spec, first, per_node)
     log.info("node %d of %d: ranks %d-%d started for the leader at %s", config.node_rank, config.nnodes,
@@ -54,14 +54,14 @@ def run_headless(config: EngineConfig) -> int:
 
 
 def _serve(ranks: LocalRanks, sock, first: int, leader_gone: threading.Event) -> int:
-    index_of = {id(conn): index for index, conn in enumerate(ranks.replies)}
+    index_of = {conn: index for index, conn in enumerate(ranks.replies)}
     while True:
-        for conn in wait([*ranks.replies, *(proc.sentinel for proc in ranks.procs)], POLL_S):
-            if id(conn) not in index_of or not conn.poll():
-                continue
-            index = index_of[id(conn)]
+        for ready in wait([*ranks.replies, *(proc.sentinel for proc in ranks.procs)], POLL_S):
+            if ready not in index_of or not ready.poll():
+                continue  # a sentinel: the exit codes below tell
+            index = index_of[ready]
             try:
-                send_frame(sock, first + index, ANSWER, conn.recv_bytes())
+                send_frame(sock, first + index, ANSWER, ready.recv_bytes())
             except (EOFError, OSError):  # the rank is gone: its exit code tells how, once reaped
                 ranks.procs[index].join(EXIT_WAIT_S)
         codes = [proc.exitcode for proc in ranks.procs]

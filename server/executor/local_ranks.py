@@ -30,7 +30,7 @@ class RankDiedError(RuntimeError):
 class LocalRanks:
     def __init__(self, spec: WorkerSpec, first: int, count: int):
         self.first, self.count = first, count
-        self.alone = spec.tensor_size * spec.pipeline_size == 1  # its only rank is "the worker process"
+        self.alone = spec.config.ranks == 1  # its only rank is "the worker process"
         self.queue = MessageQueue(count)
         spec = dataclasses.replace(spec, queue=self.queue.handle())
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked torch threads

@@ -41,7 +41,7 @@ class MultiprocExecutor(Executor):
         tensor, pipeline = config.tensor_parallel_size, config.pipeline_parallel_size
         size = self.size = config.ranks
         self.driver = (pipeline - 1) * tensor
-        self.per_node = size // config.nnodes
+        self.per_node = config.ranks_per_node
         device = resolve_device(config)
         if tensor > 1:
             check_tensor_parallel(model, tensor)
@@ -52,7 +52,7 @@ class MultiprocExecutor(Executor):
         if device.type == "cuda":
             check_visible_gpus(self.per_node, torch.cuda.device_count())
         address = ("127.0.0.1", free_port()) if config.nnodes == 1 else (config.master_addr, config.master_port)
-        spec = WorkerSpec(config, model, limits, eos, tensor, pipeline, address, (0, "", 0))
+        spec = WorkerSpec(config, model, limits, eos, address, (0, "", 0))
         self.local = LocalRanks(spec, 0, self.per_node)
         self.remote = None
         if config.nnodes > 1:

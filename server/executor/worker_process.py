@@ -1,7 +1,8 @@
 """A worker in a process of its own: it says hello (so that the executor tells a rank that never
-ran from one that failed), joins its tensor-parallel group and its pipeline, builds its Worker, then runs each call
-read from the executor's message queue and answers on its own pipe, until told to stop. It dies
-with its parent (the kernel kills it when the executor's process goes, kill -9 included)."""
+ran from one that failed), joins its tensor-parallel group and its pipeline, builds its Worker,
+then runs each call read from its node's message queue and answers on its own pipe, until told
+to stop. It dies with its parent (the kernel kills it when the executor's process goes, kill -9
+included)."""
 
 from __future__ import annotations
 
@@ -32,10 +33,8 @@ class WorkerSpec:
     model: ModelConfig
     limits: EngineLimits
     eos_token_ids: tuple[int, ...]
-    tensor_size: int  # ranks in each pipeline stage
-    pipeline_size: int  # stages
     address: tuple[str, int]  # rank 0 serves the groups' rendezvous there
-    queue: tuple[int, str, int]  # the executor's MessageQueue.handle()
+    queue: tuple[int, str, int]  # its node's MessageQueue.handle()
 
 
 def worker_main(rank: int, index: int, spec: WorkerSpec, replies: Connection) -> None:
@@ -46,13 +45,13 @@ def worker_main(rank: int, index: int, spec: WorkerSpec, replies: Connection) ->
 
     calls = MessageQueue(spec.queue[0], spec.queue[1], index, spec.queue[2])
     device = rank_device(spec.config, rank)
-    size = spec.tensor_size * spec.pipeline_size
+    config = spec.config
     if device.type == "cpu":
-        share_cpu_threads(size // spec.config.nnodes)
+        share_cpu_threads(config.ranks_per_node)
     shards, pipeline = SINGLE, None
-    if size > 1:
-        layers = spec.model.num_layers
-        shards, pipeline = join_groups(rank, spec.tensor_size, spec.pipeline_size, spec.address, device, layers)
+    if config.ranks > 1:
+        sizes = config.tensor_parallel_size, config.pipeline_parallel_size
+        shards, pipeline = join_groups(rank, *sizes, spec.address, device, spec.model.num_layers)
     worker = Worker(spec.config, spec.model, spec.limits, spec.eos_token_ids, shards, pipeline)
     try:
         while not isinstance(call := decode_call(calls.get()), Shutdown):

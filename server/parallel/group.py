@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.parallel.collectives import min_over
 from argosy.server.parallel.layout import WHOLE, ShardLayout
 from argosy.server.parallel.pipeline import PipelineParallel
 from argosy.server.parallel.stages import split_layers
@@ -68,13 +69,7 @@ class TensorParallel:
 
     def min_over_ranks(self, value: int) -> int:
         """The smallest of every rank's `value` (each rank's KV budget: the smallest wins)."""
-        if self.layout.size == 1:
-            return value
-        tensor = torch.tensor([value], dtype=torch.int64)
-        options = dist.AllreduceOptions()
-        options.reduceOp = dist.ReduceOp.MIN
-        self.cpu_group.allreduce([tensor], options).wait()
-        return int(tensor.item())
+        return value if self.layout.size == 1 else min_over(self.cpu_group, value)
 
     def broadcast(self, tensor: torch.Tensor) -> None:
         """Rank 0's `tensor` into every rank's, over the CPU channel."""

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from argosy.server.parallel.collectives import min_over
 from argosy.server.parallel.stages import PipelineStage
 
 Carried = tuple[torch.Tensor, torch.Tensor]  # (hidden states, residual stream) of a step's tokens
@@ -53,8 +53,4 @@ class PipelineParallel:
 
     def min_over_ranks(self, value: int) -> int:
         """The smallest of every rank's `value`, every stage's included."""
-        tensor = torch.tensor([value], dtype=torch.int64)
-        options = dist.AllreduceOptions()
-        options.reduceOp = dist.ReduceOp.MIN
-        self.cpu_group.allreduce([tensor], options).wait()
-        return int(tensor.item())
+        return min_over(self.cpu_group, value)

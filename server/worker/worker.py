@@ -233,4 +233,4 @@ def rank_device(config: EngineConfig, rank: int) -> torch.device:
     """The device of a rank (numbered across the stages and nodes): its own GPU of its node's, or
     the host's CPU."""
     device = resolve_device(config)
-    return torch.device("cuda", rank % (config.ranks // config.nnodes)) if device.type == "cuda" else device
+    return torch.device("cuda", rank % config.ranks_per_node) if device.type == "cuda" else device
