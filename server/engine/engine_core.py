@@ -16,6 +16,7 @@ import copy
 import itertools
 import logging
 import time
+from collections import deque
 
 from argosy.server.engine.block_hash import BlockHasher
 from argosy.server.engine.core_protocol import EngineCoreOutput, EngineCoreRequest, RequestFailed
@@ -105,17 +106,21 @@ class EngineCore:
             self.lora,
             self.speculator,
             config.scheduling_policy,
+            config.pipeline_parallel_size,
         )
         self.planner = StepPlanner(self.scheduler)
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self.parallel_sampling = ParallelSampling(self.scheduler, self._seq_ids)
         self._failed: list[RequestFailed] = []
-        self.async_scheduling = config.async_scheduling
         # A decode planned before its last token is known carries a placeholder that the device side
         # fills in: with one rank, which holds the sampled tokens (other ranks do not sample).
         self._placeholders = config.async_scheduling and config.ranks == 1
-        self._in_flight: InFlightStep | None = None  # launched, not landed (async scheduling)
+        # Steps left launched and not landed when a step returns: none, one with async scheduling, and
+        # with pipeline parallelism P - 1, so that P micro-batches are in the stages at once.
+        pipeline = config.pipeline_parallel_size
+        self.steps_in_flight = pipeline - 1 if pipeline > 1 else int(config.async_scheduling)
+        self._in_flight: deque[InFlightStep] = deque()  # launched, not landed, oldest first
         self._landed: list[EngineCoreOutput] = []  # of a step landed between steps, for the next
         self.asleep = False  # no KV cache (or no weights either) until wake_up
 
@@ -171,7 +176,7 @@ class EngineCore:
         self.grammars.remove(request)
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests) or self._in_flight is not None or bool(self._landed)
+        return bool(self.requests) or bool(self._in_flight) or bool(self._landed)
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """An adapter registered while serving: into host memory now, served again if retired."""
@@ -232,8 +237,8 @@ class EngineCore:
         return len(waiting), len(running)
 
     def step(self) -> list[EngineCoreOutput]:
-        """One step launched and one landed: the same step, or, with async scheduling, the next
-        one launched while the last one lands. Returns the landed step's outputs."""
+        """One step launched and one landed: the same step, or, with async scheduling or a
+        pipeline, the oldest in flight while the new one runs. Returns the landed step's outputs."""
         try:
             return self._step()
         finally:
@@ -253,10 +258,11 @@ class EngineCore:
     def _step(self) -> list[EngineCoreOutput]:
         self._check_grammars()
         launched = self._launch()
-        landing, self._in_flight = (self._in_flight, launched) if self.async_scheduling else (launched, None)
+        if launched is not None:
+            self._in_flight.append(launched)
         outputs, self._landed = self._landed, []
-        if landing is not None:
-            return outputs + self._land(landing, launched if self.async_scheduling else None)
+        if len(self._in_flight) > self.steps_in_flight or (launched is None and self._in_flight):
+            return outputs + self._land(self._in_flight.popleft())
         if launched is None:
             if self.grammars.proving:  # nothing else to run: a moment for the compiles, then the loop goes on
                 self.grammars.wait(GRAMMAR_POLL_SECONDS)
@@ -267,8 +273,8 @@ class EngineCore:
     def _launch(self) -> InFlightStep | None:
         """The next step scheduled, planned and started; None when there is nothing to run."""
         added = []
-        if self._placeholders and self._in_flight is not None:  # its sampled sequences decode next too
-            added = self.scheduler.add_placeholders(self._in_flight.completing, self.limits.max_model_len)
+        if self._placeholders and self._in_flight:  # its sampled sequences decode next too
+            added = self.scheduler.add_placeholders(self._in_flight[-1].completing, self.limits.max_model_len)
         scheduled = self.scheduler.schedule()
         if added:
             running = {id(item.seq) for item in scheduled.scheduled}
@@ -285,25 +291,25 @@ class EngineCore:
         plan = self.planner.plan(scheduled, completing, forks)  # with nothing scheduled: it carries and polls
         plan.grammars = self.grammars.take_to_send()
         try:
-            handle = self.executor.execute_async(plan) if self.async_scheduling else Done(self.executor.execute(plan))
+            handle = self.executor.execute_async(plan) if self.steps_in_flight else Done(self.executor.execute(plan))
         except Exception:
             self._forget_loads(plan)
             raise
-        if self.async_scheduling:  # every computed token stays (no drafts): counted now, so the next plan follows
+        if self.steps_in_flight:  # every computed token stays (no drafts): counted now, so the next plan follows
             self.scheduler.advance(scheduled)
         return InFlightStep(scheduled, plan, completing, forks, handle)
 
-    def _land(self, step: InFlightStep, next_step: InFlightStep | None = None) -> list[EngineCoreOutput]:
+    def _land(self, step: InFlightStep) -> list[EngineCoreOutput]:
         """Takes in a step's result: what its compiles and loads did, then its tokens."""
         try:
             result = step.handle.result()
         except Exception:
             self._forget_loads(step.plan)
-            if next_step is not None:  # it ran on a device that failed a step: its result is not taken in
-                self._in_flight = None
+            while self._in_flight:  # they ran on a device that failed a step: their results are not taken in
+                later = self._in_flight.popleft()
                 with contextlib.suppress(Exception):
-                    next_step.handle.result()
-                self._forget_loads(next_step.plan)
+                    later.handle.result()
+                self._forget_loads(later.plan)
             raise
         for failure in self.grammars.device_side(result):
             self.abort(failure.request_id)
@@ -312,7 +318,7 @@ class EngineCore:
             self.scheduler.kv_loads_done(result.kv_connector)
             self._fail_refused_pulls()
         # Before the forks: the children take the parent's progress (with async scheduling, counted at launch).
-        if not self.async_scheduling:
+        if not self.steps_in_flight:
             self.scheduler.advance(step.scheduled, self._kept(step.scheduled, step.plan, result))
         targets = self.parallel_sampling.targets(step.completing, step.forks)
         if self.speculator is not None:
@@ -335,10 +341,9 @@ class EngineCore:
             self.lora.slots.forget([slot for slot, _ in plan.lora_loads])
 
     def drain(self) -> None:
-        """Lands the step in flight, if any (its outputs go out with the next step's)."""
-        step, self._in_flight = self._in_flight, None
-        if step is not None:
-            self._landed += self._land(step)
+        """Lands the steps in flight, if any (their outputs go out with the next step's)."""
+        while self._in_flight:
+            self._landed += self._land(self._in_flight.popleft())
 
     def _kept(self, scheduled: SchedulerOutput, plan: StepPlan, result: StepResult) -> list[int] | None:
         """How many of each scheduled sequence's computed tokens stay: a draft's accepted

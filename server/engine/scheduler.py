@@ -15,7 +15,10 @@ when free; unkept, they go back with the refused drafts' slots. With a KV connec
 tier is one), a waiting sequence whose next blocks the connector can supply is admitted with
 them: it holds its seat and its blocks but computes nothing, and is never preempted, until the
 step results report its loads done (one step for the host tier, several for a slower connector),
-holding up no one; a load that failed leaves it to compute those blocks again."""
+holding up no one; a load that failed leaves it to compute those blocks again. With pipeline
+parallelism P steps are in flight at once (EngineCore), each a micro-batch of at most 1/P of the
+seats in use: a sequence sits out the steps in flight while its token is computed, and the
+running sequences fall into P groups that take turns (the micro-batch schedule)."""
 
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ class Scheduler:
         adapters: LoRAManager | None = None,
         speculator: Speculator | None = None,
         policy: SchedulingPolicy = "fcfs",
+        micro_batches: int = 1,
     ):
         self.kv = kv
         self.adapters = adapters
@@ -51,6 +55,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.enable_chunked_prefill = enable_chunked_prefill
         self.policy = policy
+        self.micro_batches = micro_batches
         self.waiting = FairQueue() if policy == "fair" else WaitingQueue(policy)
         self.running: list[Sequence] = []
         self.steps = 0  # schedules made: the clock of priority aging and of MIN_RUN_STEPS
@@ -85,7 +90,8 @@ class Scheduler:
         queue = deque(sorted(running, key=place) if self.policy == "priority" else running)
         speculating = self.speculator is not None and self.speculator.active(len(self.running))
         memory_short = False
-        while queue and budget > 0:
+        seats = self._micro_batch_seats()
+        while queue and budget > 0 and len(out.scheduled) < seats:
             seq = queue.popleft()
             remaining = seq.num_tokens - seq.num_computed_tokens
             if jumping is not None and remaining > 1 and place(seq) > place(jumping):
@@ -117,7 +123,7 @@ class Scheduler:
                 budget -= num_new
         self.waiting.charge(out.scheduled)  # admissions are charged as they are made: fair shares order them
         if not memory_short:
-            budget = self._admit(out, budget, jumping)
+            budget = self._admit(out, budget, seats, jumping)
         out.blocks_to_copy = self.kv.take_pending_copies()
         out.kv_connector = self.kv.take_connector_meta()
         return out
@@ -137,11 +143,24 @@ class Scheduler:
                 self.kv.count_loaded(loaded)
                 seq.request.num_cached_tokens -= lost
 
-    def _admit(self, out: SchedulerOutput, budget: int, jumping: Sequence | None = None) -> int:
-        """Admits waiting sequences in order while they fit; after `jumping`, none."""
+    def _micro_batch_seats(self) -> int:
+        """The sequences one step may carry: all of them, or with P micro-batches in flight, 1/P
+        of the seats in use or wanted (so that the batches stay even as requests come and go)."""
+        if self.micro_batches == 1:
+            return self.max_num_seqs
+        wanted = min(self.max_num_seqs, len(self.running) + len(self.waiting))
+        return max(1, -(-wanted // self.micro_batches))
+
+    def _admit(self, out: SchedulerOutput, budget: int, seats: int, jumping: Sequence | None = None) -> int:
+        """Admits waiting sequences in order while they fit, up to `seats` scheduled in all; after `jumping`, none."""
         reserved = self._reserved_seats()
         for seq in self.waiting.ordered():
-            if budget <= 0 or not self._has_seat(seq, reserved) or (jumping is not None and jumping.is_running):
+            if (
+                budget <= 0
+                or len(out.scheduled) >= seats
+                or not self._has_seat(seq, reserved)
+                or (jumping is not None and jumping.is_running)
+            ):
                 break
             if not self._ready(seq):  # passed over, keeping its place
                 continue

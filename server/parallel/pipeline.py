@@ -8,7 +8,7 @@ settles what every rank must agree on (the KV cache's block count)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,6 +26,7 @@ class PipelineParallel:
     tp_size: int
     group: Any  # every rank of the engine, for the activations
     cpu_group: Any  # the same ranks over gloo
+    sending: list = field(default_factory=list, compare=False)  # the sends of the last step's activations, unfinished
 
     @property
     def rank(self) -> int:
@@ -36,10 +37,13 @@ class PipelineParallel:
         return stage * self.tp_size + self.tp_rank
 
     def send(self, carried: Carried) -> None:
-        """This stage's activations to the next stage."""
+        """This stage's activations to the next stage, on their way when this returns: the stage
+        goes on to its next micro-batch while the next stage is still busy with the one before.
+        The last step's sends complete first (the channel keeps the order of the steps)."""
         peer = self._rank_of(self.stage.index + 1)
-        for tag, tensor in enumerate(carried):
-            self.group.send([tensor.contiguous()], peer, tag).wait()
+        for work in self.sending:
+            work.wait()
+        self.sending[:] = [self.group.send([tensor.contiguous()], peer, tag) for tag, tensor in enumerate(carried)]
 
     def receive(self, num_tokens: int, hidden_size: int, dtype: torch.dtype, device: torch.device) -> Carried:
         """The previous stage's activations of a step of `num_tokens` tokens."""

@@ -94,3 +94,53 @@ def test_the_default_model_in_two_stages_gives_one_ranks_tokens():
         del llm
     assert tokens[1, 2] == tokens[1, 1]
     assert tokens[3, 2] == tokens[1, 1]
+
+
+class RecordedStep:
+    """A step's handle that notes when the engine takes its result in."""
+
+    def __init__(self, handle, index: int, events: list):
+        self.handle, self.index, self.events = handle, index, events
+
+    def result(self):
+        self.events.append(("land", self.index, ()))
+        return self.handle.result()
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_micro_batches_take_turns_with_one_per_stage_in_flight(four_layers, stages):
+    """The micro-batch schedule: P steps in the stages at once (each launched before the oldest
+    lands), each carrying 1/P of the decoding sequences, the P in flight disjoint, and the
+    tokens those of one rank."""
+    prompts = [{"prompt_token_ids": [7 + i, 8, 9, 10, 11]} for i in range(8)]
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    expected = [out.outputs[0].token_ids for out in tiny_llm(four_layers).generate(prompts, params)]
+    llm = tiny_llm(four_layers, pipeline_parallel_size=stages)
+    core, events = llm.engine.core, []
+    launch = core.executor.execute_async
+
+    def recording(plan):
+        index = sum(kind == "launch" for kind, _, _ in events)
+        events.append(("launch", index, tuple(sorted(chunk.seq_id for chunk in plan.chunks))))
+        return RecordedStep(launch(plan), index, events)
+
+    core.executor.execute_async = recording
+    assert [out.outputs[0].token_ids for out in llm.generate(prompts, params)] == expected
+    launched, in_flight, most = {}, set(), 0
+    for kind, index, seqs in events:
+        if kind == "launch":
+            assert not set(seqs) & {s for i in in_flight for s in launched[i]}, "a sequence in two steps in flight"
+            launched[index] = seqs
+            in_flight.add(index)
+            most = max(most, len(in_flight))
+        else:
+            assert index == min(in_flight), "steps land in the order they were launched"
+            in_flight.remove(index)
+    assert most == stages
+    decodes = [seqs for seqs in launched.values() if seqs]
+    assert max(len(seqs) for seqs in decodes) == 8 // stages
+    # In the steady state every P consecutive steps carry each sequence exactly once.
+    middle = decodes[stages : stages * 8]
+    for first in range(len(middle) - stages + 1):
+        window = [s for seqs in middle[first : first + stages] for s in seqs]
+        assert sorted(window) == sorted(set(window)) and len(window) == 8
