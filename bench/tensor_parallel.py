@@ -20,21 +20,23 @@ import time
 from argosy import LLM, SamplingParams
 
 
-def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[float, float]:
-    """(seconds until every prompt is prefilled; mean seconds of the decode steps after)."""
+def timed_steps(llm: LLM, prompts: list[list[int]], max_tokens: int) -> tuple[float, float, float]:
+    """(seconds until every prompt is prefilled; mean seconds of the decode steps after; tokens/s
+    of those steps). With pipeline stages a step carries one micro-batch, 1/P of the sequences."""
     engine = llm.engine
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     for i, prompt in enumerate(prompts):
         engine.add_request(str(i), prompt, params)
-    start, started = time.perf_counter(), set()
-    while len(started) < len(prompts):
-        started |= {out.request_id for out in engine.step()}
+    start, produced = time.perf_counter(), {}
+    while len(produced) < len(prompts):
+        produced |= {out.request_id: len(out.outputs[0].token_ids) for out in engine.step()}
     prefill = time.perf_counter() - start
     start, steps = time.perf_counter(), 0
     while engine.has_unfinished_requests():
         engine.step()
         steps += 1
-    return prefill, (time.perf_counter() - start) / steps
+    decode = time.perf_counter() - start
+    return prefill, decode / steps, (len(prompts) * max_tokens - sum(produced.values())) / decode
 
 
 def random_prompts(vocab: int, count: int, length: int) -> list[list[int]]:
@@ -82,15 +84,13 @@ def main() -> None:
     for size, stages, backend, weights, block, one, many in rows:
         figures = [
             f"{value * 1e3:.{digits}f} ms ({value / first:.2f}x)"
-            for value, first, digits in zip((*one, *many), (*base[5], *base[6]), (0, 1, 0, 1))
+            for value, first, digits in zip((*one[:2], *many[:2]), (*base[5][:2], *base[6][:2]), (0, 1, 0, 1))
         ]
-        rate = 16 / many[1]
         print(
             f"| {size} | {stages} | {backend} | {weights / 2**20:.0f} MiB | {block / 1024:.0f} KiB | "
             + " | ".join(figures)
-            + f" | {rate:.0f} ({rate * base[6][1] / 16:.2f}x) |"
+            + f" | {many[2]:.0f} ({many[2] / base[6][2]:.2f}x) |"
         )
-
 
 if __name__ == "__main__":
     main()

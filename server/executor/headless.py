@@ -2,8 +2,10 @@
 --node-rank K`): it connects to the leader at --master-addr, takes the ranks' WorkerSpec from it
 (one source of truth for every node's engine settings), starts its ranks, passes each call to them
 and their answers back. A rank that exits ends the node, telling the leader which rank and how;
-the leader's connection closing ends it too. Either way it exits non-zero: the group is broken and
-is restarted as a unit."""
+the leader's connection closing ends it too, and so do ranks that end without the leader's word
+(when the leader dies, its peers' collectives fail and they end quietly). Each way it exits
+non-zero: the group is broken and is restarted as a unit. Only ranks told by the leader to shut
+down end it with 0."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import msgspec
 from argosy.server.engine_config import EngineConfig
 from argosy.server.executor.local_ranks import POLL_S, LocalRanks
 from argosy.server.executor.node_link import ANSWER, EXITED, HELLO, SPEC, connect, link_port, recv_frame, send_frame
+from argosy.server.executor.worker_calls import Shutdown, encode
 from argosy.server.executor.worker_process import WorkerSpec
 
 log = logging.getLogger("argosy.engine")
@@ -38,22 +41,24 @@ def run_headless(config: EngineConfig) -> int:
     ranks = LocalRanks(spec, first, per_node)
     log.info("node %d of %d: ranks %d-%d started for the leader at %s", config.node_rank, config.nnodes,
              first, first + per_node - 1, config.master_addr)  # fmt: skip
-    leader_gone = threading.Event()
+    leader_gone, told_to_stop, shutdown = threading.Event(), threading.Event(), encode(Shutdown())
 
     def relay_calls() -> None:
         while (frame := recv_frame(sock)) is not None:
+            if frame[2] == shutdown:
+                told_to_stop.set()
             ranks.queue.put(frame[2])
         leader_gone.set()
 
     threading.Thread(target=relay_calls, daemon=True, name="argosy-leader-calls").start()
     try:
-        return _serve(ranks, sock, first, leader_gone)
+        return _serve(ranks, sock, first, leader_gone, told_to_stop)
     finally:
         ranks.stop()
         sock.close()
 
 
-def _serve(ranks: LocalRanks, sock, first: int, leader_gone: threading.Event) -> int:
+def _serve(ranks: LocalRanks, sock, first: int, leader_gone: threading.Event, told_to_stop: threading.Event) -> int:
     index_of = {conn: index for index, conn in enumerate(ranks.replies)}
     while True:
         for ready in wait([*ranks.replies, *(proc.sentinel for proc in ranks.procs)], POLL_S):
@@ -65,14 +70,28 @@ def _serve(ranks: LocalRanks, sock, first: int, leader_gone: threading.Event) ->
             except (EOFError, OSError):  # the rank is gone: its exit code tells how, once reaped
                 ranks.procs[index].join(EXIT_WAIT_S)
         codes = [proc.exitcode for proc in ranks.procs]
-        failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
+        ending = node_ending(codes, told_to_stop.is_set(), leader_gone.is_set())
+        if ending is None:
+            continue
+        code, failed, why = ending
         if failed is not None:
-            why = f"{ranks.name(first + failed)} exited (code {codes[failed]})"
-            log.error("%s: the node stops", why)
+            why = f"{ranks.name(first + failed)} {why}"
             send_frame(sock, first + failed, EXITED, why.encode())
-            return 1
-        if all(code == 0 for code in codes):
-            return 0  # told to shut down by the leader
-        if leader_gone.is_set() and 0 not in codes:
-            log.error("the leader closed its connection: the node stops its ranks")
-            return 1
+        if code:
+            log.error("%s: the node stops", why)
+        return code
+
+
+def node_ending(codes: list[int | None], told_to_stop: bool, leader_gone: bool) -> tuple[int, int | None, str] | None:
+    """Whether the node ends, from its ranks' exit codes (None: running) and what the leader did:
+    (the node's exit code, the index of the rank that failed or None, why); None while it serves."""
+    failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
+    if failed is not None:
+        return 1, failed, f"exited (code {codes[failed]})"
+    if told_to_stop:  # once its ranks are done, or the leader is
+        return (0, None, "told to shut down by the leader") if leader_gone or all(c == 0 for c in codes) else None
+    if leader_gone:
+        return 1, None, "the leader closed its connection"
+    if 0 in codes:
+        return 1, None, "a rank ended without the leader telling it to (the leader is gone)"
+    return None

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from argosy.server.executor.headless import node_ending
 from tests.checkpoints import build_checkpoint
 from tests.polling import wait_until
 from tests.processes import MODEL, alive, children, free_port, serve_command, serve_process
@@ -51,6 +52,11 @@ def headless_node(checkpoint, master_port: int, *flags: str):
             popen.wait(30)
 
 
+def tree(pid: int) -> list[int]:
+    """`pid` and every process under it."""
+    return [pid, *(p for child in children(pid) for p in tree(child))]
+
+
 def leader_flags(master_port: int) -> list[str]:
     return ["--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", str(master_port)]
 
@@ -80,3 +86,46 @@ def test_two_nodes_serve_the_one_process_servers_tokens_and_a_lost_rank_ends_the
         node_log.seek(0)
         assert "rank 1 exited" in node_log.read()
         wait_until(lambda: not alive(rank), 30, "the killed rank gone")
+
+
+@pytest.mark.parametrize(
+    ("signal_to_leader", "node_code"), [(signal.SIGTERM, 0), (signal.SIGKILL, 1)], ids=["stopped", "killed"]
+)
+def test_a_headless_node_ends_with_its_leader_failing_unless_it_was_stopped(four_layers, signal_to_leader, node_code):
+    """A leader stopped (SIGTERM: it shuts its ranks and the nodes' down) ends the node with 0; a
+    leader killed, every process of its pod at once as an OOM kill or a lost node does, ends it
+    with 1 within seconds, though the node's ranks end quietly."""
+    master_port = free_port()
+    stages = ["--pipeline-parallel-size", "2"]
+    with (
+        headless_node(four_layers, master_port, *stages) as (node, node_log),
+        serve_process(four_layers, *stages, *leader_flags(master_port)) as leader,
+    ):
+        pod = [leader.popen.pid] if signal_to_leader == signal.SIGTERM else tree(leader.popen.pid)
+        for pid in pod:
+            os.kill(pid, signal_to_leader)
+        started = time.monotonic()
+        assert node.wait(30) == node_code
+        assert time.monotonic() - started < 15
+        node_log.seek(0)
+        assert ("the node stops" in node_log.read()) == bool(node_code)
+
+
+@pytest.mark.parametrize(
+    ("codes", "told", "gone", "expected"),
+    [
+        ([None, None], False, False, None),
+        ([None, -9], False, False, (1, 1, "exited (code -9)")),
+        ([0, 0], True, False, (0, None, "told to shut down by the leader")),
+        ([0, None], True, False, None),
+        ([0, None], True, True, (0, None, "told to shut down by the leader")),
+        ([0, 0], False, False, (1, None, "a rank ended without the leader telling it to (the leader is gone)")),
+        ([None, None], False, True, (1, None, "the leader closed its connection")),
+        ([0, 1], True, True, (1, 1, "exited (code 1)")),
+    ],
+    ids=["serving", "rank-killed", "shut-down", "shutting-down", "leader-done", "quiet-exit", "leader-gone", "error"],
+)
+def test_a_node_ends_with_zero_only_when_the_leader_told_its_ranks_to_stop(codes, told, gone, expected):
+    """Ranks whose leader died end quietly (code 0: their collectives lost a peer); the node must
+    still fail, so that the group is restarted."""
+    assert node_ending(codes, told, gone) == expected
