@@ -92,5 +92,6 @@ def main() -> None:
             + f" | {many[2]:.0f} ({many[2] / base[6][2]:.2f}x) |"
         )
 
+
 if __name__ == "__main__":
     main()
