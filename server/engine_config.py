@@ -65,7 +65,8 @@ class EngineConfig:
         1,
         "stages the decoder layers are split into, contiguous and as even as they divide (the embedding on the "
         "first, the norm and LM head on the last), each stage tensor_parallel_size ranks, the activations passed "
-        "between stages (NCCL; on CPU, gloo); ranks = tensor x pipeline; refused for more stages than layers or "
+        "between stages (NCCL; on CPU, gloo), one micro-batch a stage in flight (each step 1/P of the sequences); "
+        "ranks = tensor x pipeline; refused for more stages than layers or "
         "stages too uneven, and, for now, with LoRA, speculative decoding, a KV connector or the host KV tier",
     )
     nnodes: int = setting(
