@@ -2,8 +2,6 @@
 // One vectorized pass takes the maximum of each chunk of the row; then only the first chunk
 // holding the row's maximum is scanned for its index. bfloat16 widens to float32 exactly, so
 // the choice is the one the widened row would give.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -74,7 +72,7 @@ at::Tensor greedy_argmax(const at::Tensor& logits) {
   TORCH_CHECK(logits.dim() == 2 && logits.size(1) > 0 && logits.stride(1) == 1,
               "logits must be [rows, vocab] with contiguous rows");
   const int64_t rows = logits.size(0), vocab = logits.size(1), stride = logits.stride(0);
-  at::Tensor out = at::empty({rows}, logits.options().dtype(at::kLong));
+  at::Tensor out = cpu_empty({rows}, logits.options().dtype(at::kLong));
   int64_t* op = out.data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "greedy_argmax", [&] {
     const scalar_t* lp = logits.data_ptr<scalar_t>();

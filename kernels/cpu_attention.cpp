@@ -2,8 +2,6 @@
 // place from the paged cache through the block table (no gathered copy), float32 arithmetic
 // whatever the cache's dtype. One task per (sequence, KV head): the GQA group's query heads
 // share every key and value row they read. The PyTorch reference is paged_attention.py.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>

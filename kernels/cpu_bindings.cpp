@@ -1,5 +1,7 @@
 // The Python module of the CPU kernels: one binding per kernel, each defined in its own file.
-#include <torch/extension.h>
+// torch/csrc/utils/pybind.h: pybind11 with the casters of tensors, a third of torch/extension.h's compile time.
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
 
 void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& q_index, const at::Tensor& block_tables,
@@ -23,7 +25,13 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10:
 void lora_runs(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                const std::vector<int64_t>& bounds, const at::Tensor& runs);
 
+#define ARGOSY_STRING_OF(tokens) #tokens
+#define ARGOSY_STRING(macro) ARGOSY_STRING_OF(macro)
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  // What the build was made from and for: a build made at install is used only while both hold.
+  m.attr("sources_digest") = ARGOSY_STRING(ARGOSY_SOURCES_DIGEST);
+  m.attr("torch_version") = ARGOSY_STRING(ARGOSY_TORCH_VERSION);
   m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (cpu_attention.cpp)");
   m.def("paged_chunk_attention", &paged_chunk_attention, "paged attention of query chunks (cpu_chunk_attention.cpp)");
   m.def("greedy_argmax", &greedy_argmax, "each row's first maximum (cpu_argmax.cpp)");

@@ -2,8 +2,6 @@
 // 32 tokens each, lowest bit first) clear sets logit t to -inf. A word with every bit set is
 // skipped and one with none is a plain fill, which the compiler vectorizes: in a JSON string
 // most words allow all, between its tokens most allow none.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstdint>

@@ -4,8 +4,6 @@
 // block table. Flash-style: a task takes a tile of query rows (query tokens x the GQA group's
 // heads) of one KV head and walks the keys 16 at a time with an online softmax, so no score
 // matrix of the whole context is ever held. The PyTorch reference is paged_attention.py's tiles.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>

@@ -2,8 +2,6 @@
 // tensor ops of elementwise.py: RMSNorm (with the residual add), rotary embedding and
 // SiLU-and-multiply. Each rounds to bfloat16 exactly where the PyTorch reference does, so
 // results differ from it only by the float32 summation order inside the norm.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <cmath>
 #include <cstdint>
@@ -53,11 +51,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::
   TORCH_CHECK(weight.scalar_type() == at::kBFloat16 && weight.is_contiguous(), "weight must be contiguous bfloat16");
   const int64_t rows = x.size(0), width = x.size(1);
   TORCH_CHECK(weight.numel() == width, "weight must have the rows' width");
-  at::Tensor out = at::empty({rows, width}, x.options());
+  at::Tensor out = cpu_empty({rows, width}, x.options());
   at::Tensor h = x;
   if (residual) {
     check_rows(*residual, "residual");
-    h = at::empty({rows, width}, x.options());
+    h = cpu_empty({rows, width}, x.options());
   }
   const uint16_t* xp = bits(x);
   const uint16_t* rp = residual ? bits(*residual) : nullptr;
@@ -110,7 +108,7 @@ std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, cons
   TORCH_CHECK(cos.scalar_type() == at::kFloat && cos.is_contiguous() && sin.is_contiguous(), "float32 tables");
   TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous(), "positions must be int64");
   const int64_t tokens = q.size(0), dim = q.size(2), half = dim / 2;
-  at::Tensor q_out = at::empty(q.sizes(), q.options()), k_out = at::empty(k.sizes(), k.options());
+  at::Tensor q_out = cpu_empty(q.sizes(), q.options()), k_out = cpu_empty(k.sizes(), k.options());
   const int64_t* pos = positions.data_ptr<int64_t>();
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
@@ -151,7 +149,7 @@ at::Tensor silu_and_mul_bf16(const at::Tensor& x) {
   check_on_cpu("silu_and_mul_bf16", x);
   check_rows(x, "x");
   const int64_t rows = x.size(0), width = x.size(1) / 2;
-  at::Tensor out = at::empty({rows, width}, x.options());
+  at::Tensor out = cpu_empty({rows, width}, x.options());
   const uint16_t* xp = bits(x);
   uint16_t* op = bits_out(out);
   const int64_t xs = x.stride(0);

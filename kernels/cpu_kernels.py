@@ -1,14 +1,17 @@
 """The CPU kernels (cpu_*.cpp: decode and chunk attention, greedy argmax, grammar masks, the bfloat16
-elementwise ops and linear layers, KV-cache writes, the LoRA products), compiled on first use for this machine
-into one extension cached under TORCH_EXTENSIONS_DIR. Where they cannot be built (no C++
-compiler), their callers take the pure-PyTorch paths, with one warning."""
+elementwise ops and linear layers, KV-cache writes, the LoRA products), one build per
+instruction-set level (cpu_isa.py), the one this CPU runs at chosen at start-up. Each level's
+build is made when the package is installed (setup.py: `argosy.kernels._cpu_<level>`); where it
+is missing, or was made from other sources or for another torch, it is compiled on first use
+into a folder under TORCH_EXTENSIONS_DIR that its sources name. Where they cannot be built (no
+C++ compiler), their callers take the pure-PyTorch paths, with one warning."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import functools
-import hashlib
+import importlib
 import logging
 import os
 import sys
@@ -19,35 +22,19 @@ from types import ModuleType
 import torch
 
 from argosy.kernels import kv_cache_ops
+from argosy.kernels.cpu_build import HEADERS, LINK_FLAGS, SOURCES, build_flags, sources_digest
+from argosy.kernels.cpu_isa import current_level
 
 log = logging.getLogger("argosy.kernels")
-SOURCES = [
-    Path(__file__).with_name(f"cpu_{name}.cpp")
-    for name in (
-        "attention",
-        "chunk_attention",
-        "argmax",
-        "bitmask",
-        "elementwise",
-        "linear",
-        "kv_cache",
-        "lora",
-        "bindings",
-    )
-]
-HEADERS = sorted(Path(__file__).parent.glob("cpu_*.h"))
 DISABLE_ENV = "ARGOSY_CPU_KERNELS"  # "0": always the PyTorch path
 
 
-def build_directory() -> Path:
+def build_directory(level: str) -> Path:
     from torch.utils.cpp_extension import get_default_build_root
 
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
     python = f"py{sys.version_info.major}{sys.version_info.minor}"
-    # PyTorch rebuilds when a listed source changes, not when a header does: the sources' and the
-    # headers' contents name the folder, so any change to either builds afresh.
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in [*SOURCES, *HEADERS])).hexdigest()[:12]
-    return Path(root) / f"argosy_cpu_kernels-{python}-torch{torch.__version__}-{digest}"
+    return Path(root) / f"argosy_cpu_kernels_{level}-{python}-torch{torch.__version__}-{sources_digest()}"
 
 
 @contextlib.contextmanager
@@ -76,30 +63,49 @@ def sources_in(directory: Path) -> list[Path]:
     return [copies / source.name for source in SOURCES]
 
 
-@functools.cache
-def cpu_kernels() -> ModuleType | None:
-    if os.environ.get(DISABLE_ENV) == "0":
+def prebuilt(level: str) -> ModuleType | None:
+    """The level's build made at install, if it was made from these sources for this torch."""
+    try:
+        module = importlib.import_module(f"argosy.kernels._cpu_{level}")
+    except ImportError:
         return None
+    if (module.sources_digest, module.torch_version) != (sources_digest(), torch.__version__):
+        return None
+    return module
+
+
+@functools.cache
+def kernels_at(level: str) -> ModuleType | None:
+    """The kernels built for `level` (which this CPU must run); None where they cannot be built."""
+    if (module := prebuilt(level)) is not None:
+        return module
     from torch.utils.cpp_extension import load
 
+    name = f"argosy_cpu_kernels_{level}"
     try:
-        directory = build_directory()
-        if not (directory / "argosy_cpu_kernels.so").is_file():  # a first start here is otherwise silent
-            log.info("compiling the CPU kernels for this processor (once, about a minute) into %s", directory)
+        directory = build_directory(level)
+        if not (directory / f"{name}.so").is_file():  # a first start here is otherwise silent
+            log.info("compiling the CPU kernels for %s (once, about half a minute) into %s", level, directory)
         with exclusive_build(directory):
-            return load(
-                "argosy_cpu_kernels",
-                [str(source) for source in sources_in(directory)],
-                build_directory=str(directory),
-                # OpenMP as ATen's own parallel_for uses it (without it the loop runs on one thread);
-                # libgomp.so.1 resolves to the copy torch has already loaded.
-                extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
-                extra_ldflags=["-fopenmp"],
-                verbose=False,
-            )
+            sources = [str(source) for source in sources_in(directory)]
+            flags = build_flags(level, torch.__version__)
+            return load(name, sources, build_directory=str(directory), extra_cflags=flags, extra_ldflags=LINK_FLAGS)
     except Exception as exc:  # a missing compiler must not stop the engine
         log.warning("the CPU kernels could not be built (%s); the PyTorch paths run instead", exc)
         return None
+
+
+@functools.cache
+def cpu_kernels() -> ModuleType | None:
+    """The kernels at this process's level (raises CpuIsaError for an ARGOSY_CPU_ISA it cannot run)."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return None
+    return kernels_at(current_level())
+
+
+def level_in_use() -> str:
+    """What the start-up line says of the CPU kernels: their level, or that PyTorch's paths run."""
+    return current_level() if cpu_kernels() is not None else "none: PyTorch's paths"
 
 
 def paged_decode_attention(

@@ -1,7 +1,5 @@
 // Writing a step's new keys and values into the paged cache on CPUs: one row copy per token
 // and tensor, where index_copy_ costs a dispatch and an iterator for each of them.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <cstring>
 

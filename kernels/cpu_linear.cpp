@@ -1,93 +1,160 @@
-// bfloat16 linear layers on CPUs with AVX512-BF16: out = x W^T (+ b), W packed once at load.
+// bfloat16 linear layers on CPUs: out = x W^T (+ b), W packed once at load.
 //
 // A decode step reads every weight once for a few rows of x, so the product is bound by memory
 // bandwidth; oneDNN reaches about half of it at one row here. The packed layout is units of 16
 // output features, each unit [K/2][16][2]: one 64-byte line holds 16 features' pair of
-// consecutive inputs, what one vdpbf16ps multiplies by a broadcast pair of x. A unit is one
-// contiguous stream; four are read at once, so one row of x keeps four independent sums going,
+// consecutive inputs, what one AVX512-BF16 vdpbf16ps multiplies by a broadcast pair of x. A unit is
+// one contiguous stream; several are read at once, so one row of x keeps independent sums going,
 // each prefetched 2 KiB ahead (a speculative step's 5 rows ran 15% faster with it, one row the
-// same). Up to six rows share each line read: a step of 5 verification rows is one pass.
+// same). Several rows share each line read: a step of 5 verification rows is one pass.
 //
-// Each output row is summed in one fixed order (over k pairs, in float32) whatever the number
-// of rows: a row's result does not depend on the rows beside it, as a speculative step's
-// verification rows must equal the decode steps they stand for.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-
+// One product per instruction-set level, all over the same layout and with the same sums: per
+// output, over the input pairs in order, the odd input's product and then the even one's, each
+// added to a float32 sum, as vdpbf16ps defines them (a product of two bfloat16 values is exact in
+// float32, so a fused multiply-add rounds as that add does). AVX512-BF16 multiplies the pairs;
+// AVX-512 and AVX2 widen them (a bfloat16 is the top half of a float32) and multiply-add 16 or 8
+// features at a time; the portable product does the same a feature at a time. Each output row is
+// summed in that one order whatever the number of rows: a row's result does not depend on the rows
+// beside it, as a speculative step's verification rows must equal the decode steps they stand for.
 #include <algorithm>
+#include <cstring>
 
 #include "cpu_bf16.h"
 #include "cpu_device.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace {
 
-constexpr int64_t kUnit = 16;  // output features per unit: one vector of float32 sums
-constexpr int kMaxUnits = 4;   // units read at once
+constexpr int64_t kUnit = 16;   // output features per unit
 constexpr int64_t kAhead = 32;  // pairs prefetched ahead: 32 lines of 64 bytes
-constexpr int kMaxRows = 6;    // rows of x summed at once (registers: 6 x 4 sums); more take more passes
+// Units read at once and rows of x summed at once, as the level's registers hold their sums.
+#if defined(__AVX512F__)
+constexpr int kMaxUnits = 4, kMaxRows = 6;  // 24 of 32 registers
+#elif defined(__AVX2__)
+constexpr int kMaxUnits = 2, kMaxRows = 2;  // 8 of 16 (a unit's sums take two)
+#else
+constexpr int kMaxUnits = 1, kMaxRows = 1;
+#endif
 
+inline void prefetch(const uint16_t* p) {
+#if defined(__AVX2__)
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+// The bfloat16 pair (x[2p], x[2p+1]) as one 32-bit word, little-endian: x[2p] in the low half.
+inline int32_t pair_at(const uint16_t* x, int64_t p) {
+  int32_t pair;
+  std::memcpy(&pair, x + 2 * p, sizeof pair);
+  return pair;
+}
+
+#if defined(__AVX512F__)
+using Sum = __m512;  // a unit's 16 sums
+constexpr int kSums = 1;
+inline void add_pair(Sum* acc, const uint16_t* line, int32_t pair) {
 #if defined(__AVX512BF16__)
+  acc[0] = _mm512_dpbf16_ps(acc[0], (__m512bh)_mm512_loadu_si512(line), (__m512bh)_mm512_set1_epi32(pair));
+#else
+  const __m512i w = _mm512_loadu_si512(line);
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512 x_odd = _mm512_castsi512_ps(_mm512_and_si512(_mm512_set1_epi32(pair), hi));
+  const __m512 x_even = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_set1_epi32(pair), 16));
+  acc[0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(w, hi)), x_odd, acc[0]);
+  acc[0] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), x_even, acc[0]);
+#endif
+}
+inline void store_unit(const Sum* acc, const uint16_t* bias, uint16_t* out) {
+  __m512 sum = acc[0];
+  if (bias != nullptr) sum = _mm512_add_ps(sum, argosy_bf16::load16(bias));
+  argosy_bf16::store16(out, argosy_bf16::round16(sum));
+}
+#elif defined(__AVX2__)
+using Sum = __m256;  // 8 of a unit's 16 sums
+constexpr int kSums = 2;
+inline void add_pair(Sum* acc, const uint16_t* line, int32_t pair) {
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256 x_odd = _mm256_castsi256_ps(_mm256_and_si256(_mm256_set1_epi32(pair), hi));
+  const __m256 x_even = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_set1_epi32(pair), 16));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(line + 16 * h));
+    acc[h] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w, hi)), x_odd, acc[h]);
+    acc[h] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), x_even, acc[h]);
+  }
+}
+inline void store_unit(const Sum* acc, const uint16_t* bias, uint16_t* out) {
+  float sums[kUnit];
+  _mm256_storeu_ps(sums, acc[0]);
+  _mm256_storeu_ps(sums + 8, acc[1]);
+  for (int64_t f = 0; f < kUnit; ++f)
+    out[f] = argosy_bf16::narrow(bias == nullptr ? sums[f] : sums[f] + argosy_bf16::widen(bias[f]));
+}
+#else
+struct Sum {
+  float f[kUnit];
+};
+constexpr int kSums = 1;
+// Kept from reassociation (-ffast-math would let the two adds become one of their sum): the
+// sums must be vdpbf16ps's.
+#pragma GCC push_options
+#pragma GCC optimize("no-associative-math")
+inline void add_pair(Sum* acc, const uint16_t* line, int32_t pair) {
+  const float x_even = argosy_bf16::widen(static_cast<uint16_t>(pair)), x_odd = argosy_bf16::widen(pair >> 16);
+  for (int64_t f = 0; f < kUnit; ++f) {
+    acc->f[f] += argosy_bf16::widen(line[2 * f + 1]) * x_odd;
+    acc->f[f] += argosy_bf16::widen(line[2 * f]) * x_even;
+  }
+}
+#pragma GCC pop_options
+inline void store_unit(const Sum* acc, const uint16_t* bias, uint16_t* out) {
+  for (int64_t f = 0; f < kUnit; ++f)
+    out[f] = argosy_bf16::narrow(bias == nullptr ? acc->f[f] : acc->f[f] + argosy_bf16::widen(bias[f]));
+}
+#endif
+
 // Sums ROWS rows of x against UNITS units, then writes them (with the bias) as bfloat16.
 template <int UNITS, int ROWS>
 void tile(const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t unit_stride, int64_t pairs,
           const uint16_t* bias, uint16_t* out, int64_t out_stride) {
-  __m512 acc[ROWS][UNITS];
-  for (int r = 0; r < ROWS; ++r)
-    for (int u = 0; u < UNITS; ++u) acc[r][u] = _mm512_setzero_ps();
+  Sum acc[ROWS][UNITS][kSums] = {};
   for (int64_t p = 0; p < pairs; ++p) {
-    __m512bh lines[UNITS];
-    for (int u = 0; u < UNITS; ++u)
-      _mm_prefetch(reinterpret_cast<const char*>(w + u * unit_stride + (p + kAhead) * 2 * kUnit), _MM_HINT_T0);
-    for (int u = 0; u < UNITS; ++u)
-      lines[u] = (__m512bh)_mm512_loadu_si512(reinterpret_cast<const void*>(w + u * unit_stride + p * 2 * kUnit));
+    for (int u = 0; u < UNITS; ++u) prefetch(w + u * unit_stride + (p + kAhead) * 2 * kUnit);
     for (int r = 0; r < ROWS; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, x + r * x_stride + 2 * p, sizeof pair);
-      const __m512bh xs = (__m512bh)_mm512_set1_epi32(pair);
-      for (int u = 0; u < UNITS; ++u) acc[r][u] = _mm512_dpbf16_ps(acc[r][u], lines[u], xs);
+      const int32_t pair = pair_at(x + r * x_stride, p);
+      for (int u = 0; u < UNITS; ++u) add_pair(acc[r][u], w + u * unit_stride + p * 2 * kUnit, pair);
     }
   }
   for (int r = 0; r < ROWS; ++r)
-    for (int u = 0; u < UNITS; ++u) {
-      __m512 sum = acc[r][u];
-      if (bias != nullptr) sum = _mm512_add_ps(sum, argosy_bf16::load16(bias + u * kUnit));
-      argosy_bf16::store16(out + r * out_stride + u * kUnit, argosy_bf16::round16(sum));
-    }
+    for (int u = 0; u < UNITS; ++u)
+      store_unit(acc[r][u], bias == nullptr ? nullptr : bias + u * kUnit, out + r * out_stride + u * kUnit);
 }
 
-template <int UNITS>
+template <int UNITS, int ROWS = kMaxRows>
 void tile_rows(int rows, const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t unit_stride,
                int64_t pairs, const uint16_t* bias, uint16_t* out, int64_t out_stride) {
-  switch (rows) {
-    case 1: return tile<UNITS, 1>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    case 2: return tile<UNITS, 2>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    case 3: return tile<UNITS, 3>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    case 4: return tile<UNITS, 4>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    case 5: return tile<UNITS, 5>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    default: return tile<UNITS, 6>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
+  if constexpr (ROWS > 1) {
+    if (rows < ROWS) return tile_rows<UNITS, ROWS - 1>(rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
   }
+  tile<UNITS, ROWS>(x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
 }
 
+template <int UNITS = kMaxUnits>
 void tile_any(int units, int rows, const uint16_t* x, int64_t x_stride, const uint16_t* w, int64_t unit_stride,
               int64_t pairs, const uint16_t* bias, uint16_t* out, int64_t out_stride) {
-  switch (units) {
-    case 1: return tile_rows<1>(rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    case 2: return tile_rows<2>(rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    case 3: return tile_rows<3>(rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
-    default: return tile_rows<4>(rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
+  if constexpr (UNITS > 1) {
+    if (units < UNITS) return tile_any<UNITS - 1>(units, rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
   }
+  tile_rows<UNITS>(rows, x, x_stride, w, unit_stride, pairs, bias, out, out_stride);
 }
-#endif
 
 }  // namespace
 
-bool packed_linear_supported() {
-#if defined(__AVX512BF16__)
-  return true;
-#else
-  return false;
-#endif
-}
+bool packed_linear_supported() { return true; }  // at every level
 
 // weight [N, K] bfloat16, N a multiple of 16 and K even -> the packed layout above, [N * K].
 at::Tensor pack_linear_bf16(const at::Tensor& weight) {
@@ -103,7 +170,6 @@ at::Tensor pack_linear_bf16(const at::Tensor& weight) {
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                        int64_t n) {
   check_on_cpu("linear_bf16", x, packed);
-  TORCH_CHECK(packed_linear_supported(), "linear_bf16 needs a CPU with AVX512-BF16");
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && x.scalar_type() == at::kBFloat16, "x: bfloat16 [rows, in]");
   const int64_t m = x.size(0), k = x.size(1);
   TORCH_CHECK(packed.is_contiguous() && packed.scalar_type() == at::kBFloat16 && packed.numel() == n * k,
@@ -114,13 +180,12 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10:
     TORCH_CHECK(bias->is_contiguous() && bias->numel() == n && bias->scalar_type() == at::kBFloat16, "bias: [out]");
     bias_ptr = reinterpret_cast<const uint16_t*>(bias->data_ptr());
   }
-  at::Tensor out = at::empty({m, n}, x.options());
-#if defined(__AVX512BF16__)
+  at::Tensor out = cpu_empty({m, n}, x.options());
   const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
   const uint16_t* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr());
   uint16_t* op = reinterpret_cast<uint16_t*>(out.data_ptr());
   const int64_t units = n / kUnit, unit_stride = kUnit * k, x_stride = x.stride(0);
-  // Units split evenly over the threads; within a thread, four at a time over every row.
+  // Units split evenly over the threads; within a thread, kMaxUnits at a time over every row.
   at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; u += kMaxUnits) {
       const int width = static_cast<int>(std::min<int64_t>(kMaxUnits, end - u));
@@ -131,6 +196,5 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10:
       }
     }
   });
-#endif
   return out;
 }

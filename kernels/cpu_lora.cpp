@@ -7,8 +7,6 @@
 // x [tokens, in] and out [tokens, out] (rows contiguous), a [slots, slices * rank, in] and
 // b [slots, out, rank] (contiguous), all float32 or all bfloat16; the sums are float32, and out
 // is rounded once, as the reference (lora_ops.lora_reference) rounds.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 
 #include <vector>
 

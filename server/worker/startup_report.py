@@ -27,14 +27,18 @@ class StartupReport:
     kernel_variants: int | None = None  # Triton kernel variants compiled (or, interpreted, keyed) by the warm-up
     checkpoint_read: ReadStats = field(default_factory=ReadStats)  # in the load phase
     stages: list[str] = field(default_factory=list)  # with pipeline parallelism, what each stage holds
+    dtype: str = ""  # the weights' and activations' (with "auto": what suits the device)
+    cpu_kernels: str | None = None  # on a CPU: the instruction-set level of the kernels, or "none" (PyTorch paths)
 
     def line(self) -> str:
         graphs = f"{len(self.graph_sizes)} sizes {_ranges(self.graph_sizes)}" if self.graph_sizes else "off"
         phases = ", ".join(f"{name} {secs:.2f}s{self._rate(name)}" for name, secs in self.seconds.items())
         warmed = "" if self.kernel_variants is None else f" ({self.kernel_variants} kernel variants warmed)"
         stages = f", pipeline of {len(self.stages)} stages ({'; '.join(self.stages)})" if self.stages else ""
+        kernels = "" if self.cpu_kernels is None else f" (kernels {self.cpu_kernels})"
         return (
-            f"engine ready on {self.device}{stages}: attention backend {self.backend}{warmed}, cuda graphs {graphs}, "
+            f"engine ready on {self.device}{kernels}{stages}, dtype {self.dtype}: "
+            f"attention backend {self.backend}{warmed}, cuda graphs {graphs}, "
             f"quantization {self.quantization or 'none'}, weights {self.weight_bytes / _MIB:.1f} MiB, "
             f"KV cache {self.kv_blocks} blocks ({self.kv_cache_bytes / _MIB:.1f} MiB); {phases}"
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from argosy.kernels import cpu_kernels
 from argosy.server.engine_config import EngineConfig, EngineLimits, tokenizer_path
 from argosy.server.executor.plan import PLACEHOLDER, DeviceReady, StepPlan, StepResult
 from argosy.server.kv_connector.base import ConnectorWorker
@@ -130,6 +131,8 @@ class Worker:
             None if self.variants is None else self.variants.count(),
             sum((each.model.checkpoint_read for each in runners), ReadStats()),
             [] if self.pipeline is None else [s.describe() for s in self._stages()],
+            str(dtype).removeprefix("torch."),
+            cpu_kernels.level_in_use() if device.type == "cpu" else None,
         )
         # Where other replicas pull this one's blocks from: only a P/D connector has one (a plug-in need not say).
         address = getattr(self.kv_connector, "address", None)

@@ -12,7 +12,8 @@ from argosy.kernels.cpu_kernels import DISABLE_ENV, cpu_kernels
 from argosy.kernels.paged_attention import build_metadata, paged_attention
 from tests.kernels.paged_batch import paged_batch
 
-pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+# Host tensors, even where CUDA is present; each instruction-set level this CPU runs.
+pytestmark = [pytest.mark.cpu_kernels, pytest.mark.usefixtures("each_cpu_level")]
 
 SHAPES = [(0, 1), (40, 1), (17, 1), (0, 23), (130, 1), (5, 9), (63, 1), (255, 1)]
 

@@ -10,7 +10,8 @@ from argosy.kernels import cpu_kernels
 # The grammar library is the reference; the GPU machine, which runs tests/kernels, has none.
 xgr = pytest.importorskip("xgrammar", reason="xgrammar (and pydantic) are not installed", exc_type=ImportError)
 
-pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+# Host tensors, even where CUDA is present; each instruction-set level this CPU runs.
+pytestmark = [pytest.mark.cpu_kernels, pytest.mark.usefixtures("each_cpu_level")]
 
 
 @pytest.mark.parametrize("vocab", [32, 1000, 49152])

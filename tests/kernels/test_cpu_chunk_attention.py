@@ -13,7 +13,8 @@ from argosy.kernels.cpu_kernels import cpu_kernels
 from argosy.kernels.paged_attention import build_metadata, paged_attention
 from tests.kernels.paged_batch import paged_batch
 
-pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+# Host tensors, even where CUDA is present; each instruction-set level this CPU runs.
+pytestmark = [pytest.mark.cpu_kernels, pytest.mark.usefixtures("each_cpu_level")]
 
 # (heads, kv_heads, head_dim): SmolLM2's, Llama-3-8B's, no GQA, one KV head, a head size with no
 # vector path.

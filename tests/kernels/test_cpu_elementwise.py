@@ -11,7 +11,8 @@ import torch
 from argosy.kernels import cpu_elementwise, cpu_kernels, elementwise
 from argosy.kernels.attention_backend import select_backend
 
-pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+# Host tensors, even where CUDA is present; each instruction-set level this CPU runs.
+pytestmark = [pytest.mark.cpu_kernels, pytest.mark.usefixtures("each_cpu_level")]
 
 BF16 = torch.bfloat16
 

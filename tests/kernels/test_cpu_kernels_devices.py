@@ -79,6 +79,6 @@ def test_every_test_of_the_cpu_kernels_keeps_its_tensors_on_the_host():
         path.name
         for path in sorted(Path(__file__).parent.glob("test_*.py"))
         if ("cpu_kernels" in (text := path.read_text()) or "cpu_elementwise" in text)
-        and "pytestmark = pytest.mark.cpu_kernels" not in text
+        and "pytest.mark.cpu_kernels" not in text
     ]
     assert unmarked == []

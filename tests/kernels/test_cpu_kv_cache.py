@@ -8,7 +8,8 @@ import torch
 
 from argosy.kernels import cpu_kernels, kv_cache_ops
 
-pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+# Host tensors, even where CUDA is present; each instruction-set level this CPU runs.
+pytestmark = [pytest.mark.cpu_kernels, pytest.mark.usefixtures("each_cpu_level")]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -11,7 +11,8 @@ from argosy.kernels import cpu_elementwise, cpu_kernels
 from argosy.kernels.lora_ops import LoRABatch, lora_reference
 from tests.kernels.test_lora_ops import BOUNDS, IDS, mixed_step, random_stack
 
-pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
+# Host tensors, even where CUDA is present; each instruction-set level this CPU runs.
+pytestmark = [pytest.mark.cpu_kernels, pytest.mark.usefixtures("each_cpu_level")]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -1,7 +1,7 @@
-"""Linear layers in pairs of inputs for Argosy's own bfloat16 kernel: its sums are exactly the
-ones AVX512-BF16's pair product defines, in one fixed order per row, so a row's result never
-depends on the rows computed beside it; an engine made of them gives a prompt the same tokens
-and log-probabilities alone or in any batch."""
+"""Linear layers in pairs of inputs for Argosy's own bfloat16 kernel: at every instruction-set
+level its sums are exactly the ones AVX512-BF16's pair product defines, in one fixed order per
+row, so a row's result never depends on the rows computed beside it; an engine made of them
+gives a prompt the same tokens and log-probabilities alone or in any batch."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from argosy import SamplingParams
 from argosy.server.models.paired_linear import PairedLinear, pairing_fits, pairing_supported
 from tests.checkpoints import build_checkpoint, tiny_llm
 
-pytestmark = pytest.mark.skipif(
-    not pairing_supported(torch.device("cpu"), torch.bfloat16), reason="no AVX512-BF16 or no CPU kernels"
-)
+pytestmark = [
+    pytest.mark.skipif(not pairing_supported(torch.device("cpu"), torch.bfloat16), reason="no CPU kernels"),
+    pytest.mark.usefixtures("each_cpu_level"),  # the product of each instruction-set level this CPU runs
+]
 
 
 def pair_products(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
