@@ -103,9 +103,12 @@ def cpu_kernels() -> ModuleType | None:
     return kernels_at(current_level())
 
 
+NO_KERNELS = "none: PyTorch's paths"
+
+
 def level_in_use() -> str:
     """What the start-up line says of the CPU kernels: their level, or that PyTorch's paths run."""
-    return current_level() if cpu_kernels() is not None else "none: PyTorch's paths"
+    return current_level() if cpu_kernels() is not None else NO_KERNELS
 
 
 def paged_decode_attention(

@@ -8,7 +8,8 @@ import pytest
 
 from argosy import LLM, SamplingParams
 from argosy.kernels.cpu_isa import ISA_ENV, machine_levels
-from argosy.kernels.cpu_kernels import cpu_kernels
+from argosy.kernels.cpu_kernels import NO_KERNELS, cpu_kernels
+from argosy.server.worker.device import cpu_bfloat16_is_faster
 
 pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
 
@@ -29,3 +30,20 @@ def test_every_level_gives_the_same_greedy_tokens_in_float32(monkeypatch):
     finally:
         cpu_kernels.cache_clear()
     assert all(found == tokens["portable"] for found in tokens.values()), tokens
+
+
+@pytest.mark.parametrize(
+    ("kernels", "onednn", "bfloat16"),
+    [
+        ("avx512_bf16", True, True),
+        ("avx2", False, True),
+        ("portable", False, False),
+        ("portable", True, True),
+        (NO_KERNELS, False, False),
+        (NO_KERNELS, True, True),
+    ],
+)
+def test_the_default_dtype_is_bfloat16_where_it_was_measured_faster(kernels, onednn, bfloat16):
+    """bench/cpu_levels.py: bfloat16 decodes faster with the vector levels' kernels or oneDNN's own
+    bfloat16 products, float32 with the portable kernels or none."""
+    assert cpu_bfloat16_is_faster(kernels, onednn) is bfloat16

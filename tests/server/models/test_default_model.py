@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from argosy import LLM, SamplingParams
+from argosy.kernels import cpu_kernels
 from argosy.server.models.default_model import DEFAULT_MODEL_NAME, cache_dir, resolve_model_path
+from argosy.server.worker.device import cpu_bfloat16_is_faster
 
 # With the template's default system prompt the first word's two best tokens ("The", "L") tie in
 # bfloat16 logits, so any kernel's rounding decides the answer; after "Be brief." "The" leads by
@@ -23,8 +25,8 @@ def test_default_model_answers_paris():
     assert path == cache_dir() / "models" / DEFAULT_MODEL_NAME
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
     assert llm.engine.core.model_config.architecture == "LlamaForCausalLM"
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert llm.engine.core.executor.worker.runner.dtype == torch.bfloat16
+    faster = cpu_bfloat16_is_faster(cpu_kernels.level_in_use(), torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert llm.engine.core.executor.worker.runner.dtype == (torch.bfloat16 if faster else torch.float32)
     out = llm.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=32))[0].outputs[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop"
