@@ -18,7 +18,6 @@ at::Tensor silu_and_mul_bf16(const at::Tensor& x);
 void write_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping);
 void apply_token_bitmask(at::Tensor& logits, const at::Tensor& bitmask, const at::Tensor& rows);
-bool packed_linear_supported();
 at::Tensor pack_linear_bf16(const at::Tensor& weight);
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                        int64_t n);
@@ -40,7 +39,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_and_mul_bf16", &silu_and_mul_bf16, "SiLU-and-multiply (cpu_elementwise.cpp)");
   m.def("write_kv", &write_kv, "new keys and values into the paged cache (cpu_kv_cache.cpp)");
   m.def("apply_token_bitmask", &apply_token_bitmask, "a grammar's masks on logits rows (cpu_bitmask.cpp)");
-  m.def("packed_linear_supported", &packed_linear_supported, "built with AVX512-BF16 (cpu_linear.cpp)");
   m.def("pack_linear_bf16", &pack_linear_bf16, "a bfloat16 weight into pairs of inputs (cpu_linear.cpp)");
   m.def("linear_bf16", &linear_bf16, "x W^T (+ b) over a paired weight (cpu_linear.cpp)");
   m.def("lora_runs", &lora_runs, "a step's LoRA products for one layer, a run of one adapter at a time (cpu_lora.cpp)");

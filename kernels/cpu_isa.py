@@ -15,13 +15,10 @@ from pathlib import Path
 from argosy.kernels.cpu_build import LEVELS, levels_for
 
 ISA_ENV = "ARGOSY_CPU_ISA"
-# The CPU flags (as /proc/cpuinfo names them) each level's code may use.
-_NEEDS = {
-    "portable": frozenset(),
-    "avx2": frozenset({"avx2", "fma", "f16c"}),
-    "avx512": frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
-    "avx512_bf16": frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"}),
-}
+# The CPU flags (as /proc/cpuinfo names them) each level's code may use: each level's and the ones below.
+_AVX2 = frozenset({"avx2", "fma", "f16c"})
+_AVX512 = _AVX2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+_NEEDS = {"portable": frozenset(), "avx2": _AVX2, "avx512": _AVX512, "avx512_bf16": _AVX512 | {"avx512_bf16"}}
 
 
 class CpuIsaError(ValueError):

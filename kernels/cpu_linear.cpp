@@ -196,8 +196,6 @@ void tile_any(int units, int rows, const XElem* x, int64_t x_stride, const uint1
 
 }  // namespace
 
-bool packed_linear_supported() { return true; }  // at every level
-
 // weight [N, K] bfloat16, N a multiple of 16 and K even -> the packed layout above, [N * K].
 at::Tensor pack_linear_bf16(const at::Tensor& weight) {
   check_on_cpu("pack_linear_bf16", weight);

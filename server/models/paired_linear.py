@@ -1,9 +1,10 @@
-"""PairedLinear: a bfloat16 linear layer for CPUs with AVX512-BF16, whose weight is laid out at
-load in pairs of inputs for Argosy's own product kernel (kernels/cpu_linear.cpp). Decode steps
-read every weight for a handful of rows, so they are bound by memory bandwidth: the kernel
-reads the weights about 1.3x faster than oneDNN at one to sixteen rows, and as fast at prefill
-sizes. Each row's sum runs in one fixed order whatever the rows beside it, so a token's result
-does not depend on the batch it was computed in (oneDNN's does, from 2 rows on)."""
+"""PairedLinear: a bfloat16 linear layer for CPUs, whose weight is laid out at load in pairs of
+inputs for Argosy's own product kernel (kernels/cpu_linear.cpp, a variant at every
+instruction-set level). Decode steps read every weight for a handful of rows, so they are bound
+by memory bandwidth: on AVX512-BF16 the kernel reads the weights about 1.3x faster than oneDNN at
+one to sixteen rows, and as fast at prefill sizes. Each row's sum runs in one fixed order whatever
+the rows beside it, so a token's result does not depend on the batch it was computed in
+(oneDNN's does, from 2 rows on)."""
 
 from __future__ import annotations
 
