@@ -160,7 +160,7 @@ def main() -> None:
     print(f"| decode step | {step * 1e3:.2f} ms |")
     print(f"| step / weights-read time | {step / floor:.2f}x |")
 
-    if runner.dtype == torch.bfloat16 and cpu_kernels.paired_linear_supported():
+    if runner.dtype == torch.bfloat16 and cpu_kernels.kernels_built():
         print("\n| rows | products: paired kernel ms | oneDNN packed ms | speed-up | paired GB/s |")
         print("|---:|---:|---:|---:|---:|")
         for rows in (1, 5, 16):

@@ -21,6 +21,9 @@ void apply_token_bitmask(at::Tensor& logits, const at::Tensor& bitmask, const at
 at::Tensor pack_linear_bf16(const at::Tensor& weight);
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                        int64_t n);
+at::Tensor pack_linear_int8(const at::Tensor& weight);
+at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
+                       const c10::optional<at::Tensor>& bias, int64_t n);
 void lora_runs(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                const std::vector<int64_t>& bounds, const at::Tensor& runs);
 
@@ -41,5 +44,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("apply_token_bitmask", &apply_token_bitmask, "a grammar's masks on logits rows (cpu_bitmask.cpp)");
   m.def("pack_linear_bf16", &pack_linear_bf16, "a bfloat16 weight into pairs of inputs (cpu_linear.cpp)");
   m.def("linear_bf16", &linear_bf16, "x W^T (+ b) over a paired weight (cpu_linear.cpp)");
+  m.def("pack_linear_int8", &pack_linear_int8, "an int8 weight into units of 16 outputs (cpu_linear_int8.cpp)");
+  m.def("linear_int8", &linear_int8, "x Q^T * scale (+ b) over an int8 weight (cpu_linear_int8.cpp)");
   m.def("lora_runs", &lora_runs, "a step's LoRA products for one layer, a run of one adapter at a time (cpu_lora.cpp)");
 }

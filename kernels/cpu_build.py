@@ -15,7 +15,17 @@ COMPILER_FLAGS = {"portable": [], "avx2": _AVX2, "avx512": _AVX512, "avx512_bf16
 HERE = Path(__file__).parent
 SOURCES = [
     HERE / f"cpu_{name}.cpp"
-    for name in ("attention", "chunk_attention", "argmax", "bitmask", "elementwise", "linear", "kv_cache", "lora")
+    for name in (
+        "attention",
+        "chunk_attention",
+        "argmax",
+        "bitmask",
+        "elementwise",
+        "linear",
+        "linear_int8",
+        "kv_cache",
+        "lora",
+    )
 ] + [HERE / "cpu_bindings.cpp"]
 HEADERS = sorted(HERE.glob("cpu_*.h"))
 LINK_FLAGS = ["-fopenmp"]

@@ -152,8 +152,8 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[
     cpu_kernels().apply_token_bitmask(logits, bitmask, torch.tensor(rows, dtype=torch.long))
 
 
-def paired_linear_supported() -> bool:
-    """Whether the kernels are built: the pair product has a variant at every level."""
+def kernels_built() -> bool:
+    """Whether the kernels are built: the pair and int8 products have a variant at every level."""
     return cpu_kernels() is not None
 
 
@@ -165,6 +165,19 @@ def pair_weight(weight: torch.Tensor) -> torch.Tensor:
 def paired_linear(x: torch.Tensor, paired: torch.Tensor, bias: torch.Tensor | None, out_features: int) -> torch.Tensor:
     """x [rows, in] W^T (+ bias) in bfloat16, each row summed alike however many rows there are."""
     return cpu_kernels().linear_bf16(x, paired, bias, out_features)
+
+
+def int8_weight(q: torch.Tensor) -> torch.Tensor:
+    """An int8 weight [out, in] (out a multiple of 16) in the layout of `int8_linear`."""
+    return cpu_kernels().pack_linear_int8(q)
+
+
+def int8_linear(
+    x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None, out_features: int
+) -> torch.Tensor:
+    """(x [rows, in] Q^T) * scale (+ bias) in bfloat16 over an int8 weight, each row summed alike
+    however many rows there are."""
+    return cpu_kernels().linear_int8(x, packed, scale, bias, out_features)
 
 
 def write_kv(

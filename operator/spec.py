@@ -385,7 +385,8 @@ class EngineSpec(KubeModel):
         "quantization",
         description=(
             "fp8: linear-layer weights in float8 e4m3 with per-channel scales, quantized at load (--quantization); "
-            "FP8 matrix products on GPUs of compute capability 8.9 and up."
+            "FP8 matrix products on GPUs of compute capability 8.9 and up; int8: weight-only int8 with per-channel "
+            "scales, for CPUs."
         ),
     )
     maxWaitingRequests: int = serve_setting(

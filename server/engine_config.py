@@ -23,7 +23,7 @@ from argosy.server.spec_decode.config import SpeculativeConfig
 DEFAULT_BATCHED_TOKENS = 2048
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 AttentionBackendName = Literal["auto", "torch", "triton"]
-Quantization = Literal["fp8"]
+Quantization = Literal["fp8", "int8"]
 ExecutorBackend = Literal["uni", "mp"]
 
 
@@ -152,7 +152,9 @@ class EngineConfig:
     quantization: Quantization | None = setting(
         None,
         "fp8: linear-layer weights in float8 e4m3 with per-output-channel scales, quantized at load; FP8 products "
-        "on compute capability 8.9 and above, dequantized on the fly elsewhere",
+        "on compute capability 8.9 and above, dequantized on the fly elsewhere; int8: weight-only int8 with "
+        "per-output-channel scales, every linear layer and the LM head, for CPUs (Argosy's own int8 product, "
+        "bfloat16 activations)",
     )
     enable_lora: bool = setting(False, "serve LoRA adapters beside the base model, many in one step")
     max_loras: int = setting(1, "LoRA device slots: the most distinct adapters in one step")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from argosy.server.models.channel_scales import channel_scales
 from argosy.server.models.linear import Linear
 
 FP8 = torch.float8_e4m3fn
@@ -28,15 +29,10 @@ MIN_SCALE = 1.0 / (FP8_MAX * 512.0)
 def quantize_weight(
     weight: torch.Tensor, row_max: Callable[[torch.Tensor], torch.Tensor] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[out, in] weight -> (e4m3 weight [out, in], float32 scale [out]). `row_max`: a slice of
-    the rows' columns on each tensor-parallel rank, whose maxima it combines, so that the
-    scales, and the quantized weights, are those of the whole row."""
+    """[out, in] weight -> (e4m3 weight [out, in], float32 scale [out]), the scales those of whole
+    rows across tensor-parallel ranks (`row_max`, channel_scales)."""
     w = weight.float()
-    amax = w.abs().amax(dim=1)
-    if row_max is not None:
-        amax = row_max(amax)
-    # A zero row would give scale 0 and 0/0 = NaN; any positive scale encodes it exactly.
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scale = channel_scales(w, FP8_MAX, row_max)
     # amax/scale can round to just above 448, which e4m3fn (no infinities) would turn into NaN.
     q = (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return q, scale

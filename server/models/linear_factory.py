@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from argosy.server.models.fp8 import Fp8Linear
+from argosy.server.models.int8_linear import Int8Linear
 from argosy.server.models.linear import Linear, Role
 from argosy.server.models.packed_linear import PackedLinear, packing_supported
 from argosy.server.models.paired_linear import PairedLinear, pairing_fits, pairing_supported
@@ -16,7 +17,8 @@ from argosy.server.models.paired_linear import PairedLinear, pairing_fits, pairi
 @dataclass(frozen=True)
 class LinearFactory:
     """Which format each linear layer of the model takes. With FP8, the decoder layers'
-    projections (the LM head stays in the model dtype, as in vLLM); on CPUs that support it,
+    projections (the LM head stays in the model dtype, as in vLLM); with int8, every layer, a
+    tied LM head included (as llama.cpp's Q8_0); on CPUs that support it,
     every layer paired for Argosy's bfloat16 kernel where its shape fits, else packed by oneDNN,
     a tied LM head included (it gets a copy of the embeddings in that format)."""
 
@@ -32,6 +34,8 @@ class LinearFactory:
     def layer_class(self, role: Role, in_features: int, out_features: int) -> type[Linear]:
         if self.quantization == "fp8":
             return Linear if role == "lm_head" else Fp8Linear
+        if self.quantization == "int8":
+            return Int8Linear
         if self.paired and pairing_fits(in_features, out_features):
             return PairedLinear
         if self.packed:

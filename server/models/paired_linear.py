@@ -15,7 +15,7 @@ from argosy.server.models.linear import Linear
 
 
 def pairing_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.bfloat16 and cpu_kernels.paired_linear_supported()
+    return device.type == "cpu" and dtype == torch.bfloat16 and cpu_kernels.kernels_built()
 
 
 def pairing_fits(in_features: int, out_features: int) -> bool:
