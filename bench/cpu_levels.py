@@ -1,11 +1,12 @@
-"""The engine's decode speed at each instruction-set level this CPU runs, in bfloat16 and float32,
-side by side in one run: the default model, offline, one sequence and sixteen. Each level runs in
-a process of its own that stands in for a CPU of that level: ARGOSY_CPU_ISA picks Argosy's
-kernels, and ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS hold PyTorch's
-own kernels, oneDNN and MKL to the same instructions (an AVX2 machine's bandwidth and cores are
-not emulated: the figures compare levels and dtypes on this machine).
+"""The engine's decode speed at each instruction-set level this CPU runs, with bfloat16, float32
+and int8 weights (--quantization int8, bfloat16 activations), side by side in one run: the
+default model, offline, one sequence and sixteen. Each level runs in a process of its own that
+stands in for a CPU of that level: ARGOSY_CPU_ISA picks Argosy's kernels, and
+ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS hold PyTorch's own kernels,
+oneDNN and MKL to the same instructions (an AVX2 machine's bandwidth and cores are not emulated:
+the figures compare levels and weight formats on this machine).
 
-    python bench/cpu_levels.py [--levels avx2 avx512_bf16] [--tokens 64]
+    python bench/cpu_levels.py [--levels avx2 avx512_bf16] [--weights bfloat16 int8] [--tokens 64]
 """
 
 from __future__ import annotations
@@ -30,11 +31,16 @@ PYTORCH_LIMITS = {
 }
 
 
-def measure(dtype: str, tokens: int) -> dict:
+# The engine's dtype and quantization for each weight format measured.
+WEIGHTS = {"bfloat16": ("bfloat16", None), "float32": ("float32", None), "int8": ("bfloat16", "int8")}
+
+
+def measure(weights: str, tokens: int) -> dict:
     """In the child: the engine's start-up line and its decode tokens/s at 1 and 16 sequences."""
     from argosy import LLM, SamplingParams
 
-    llm = LLM(dtype=dtype, max_model_len=1024, kv_cache_memory=256 << 20, max_num_seqs=16)
+    dtype, quantization = WEIGHTS[weights]
+    llm = LLM(dtype=dtype, quantization=quantization, max_model_len=1024, kv_cache_memory=256 << 20, max_num_seqs=16)
     prompts = [f"Question {i}: tell me about the history of the number {i}." for i in range(16)]
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
     llm.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up
@@ -49,7 +55,7 @@ def measure(dtype: str, tokens: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", nargs="+", default=None, help="default: every level this CPU runs")
-    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--weights", nargs="+", choices=list(WEIGHTS), default=list(WEIGHTS))
     parser.add_argument("--tokens", type=int, default=64, help="tokens per sequence")
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -61,16 +67,18 @@ def main() -> None:
 
     rows = []
     for level in args.levels or machine_levels():
-        for dtype in args.dtypes:
+        for weights in args.weights:
             env = {**os.environ, ISA_ENV: level, **PYTORCH_LIMITS[level]}
-            command = [sys.executable, "-P", __file__, "--child", dtype, "--tokens", str(args.tokens)]
+            command = [sys.executable, "-P", __file__, "--child", weights, "--tokens", str(args.tokens)]
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-            rows.append((level, dtype, json.loads(done.stdout.strip().splitlines()[-1])))
+            rows.append((level, weights, json.loads(done.stdout.strip().splitlines()[-1])))
     print(f"\n{cpu_line()}; the default model, offline, {args.tokens} tokens a sequence, greedy")
-    print("| level | dtype | decode tok/s, 1 seq | decode tok/s, 16 seqs | start-up line |")
+    print("| level | weights | decode tok/s, 1 seq | decode tok/s, 16 seqs | start-up line |")
     print("|---|---|--:|--:|---|")
-    for level, dtype, figures in rows:
-        print(f"| {level} | {dtype} | {figures['tok_s_1']:.1f} | {figures['tok_s_16']:.1f} | `{figures['startup']}` |")
+    for level, weights, figures in rows:
+        print(
+            f"| {level} | {weights} | {figures['tok_s_1']:.1f} | {figures['tok_s_16']:.1f} | `{figures['startup']}` |"
+        )
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ def resolve_dtype(config: EngineConfig, model: ModelConfig, device: torch.device
     if config.dtype != "auto":
         return _DTYPES[config.dtype]
     if device.type == "cpu":
+        if config.quantization == "int8" and cpu_kernels.kernels_built():
+            return torch.bfloat16  # the int8 product's activations, at every level
         faster = cpu_bfloat16_is_faster(cpu_kernels.level_in_use(), torch.ops.mkldnn._is_mkldnn_bf16_supported())
         return torch.bfloat16 if faster else torch.float32
     native = _DTYPES.get(model.torch_dtype or "", torch.bfloat16)

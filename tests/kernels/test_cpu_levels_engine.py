@@ -5,11 +5,15 @@ and the start-up line names the level and the dtype."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from argosy import LLM, SamplingParams
 from argosy.kernels.cpu_isa import ISA_ENV, machine_levels
 from argosy.kernels.cpu_kernels import NO_KERNELS, cpu_kernels
-from argosy.server.worker.device import cpu_bfloat16_is_faster
+from argosy.server.engine_config import EngineConfig
+from argosy.server.models.default_model import resolve_model_path
+from argosy.server.models.model_config import ModelConfig
+from argosy.server.worker.device import cpu_bfloat16_is_faster, resolve_dtype
 
 pytestmark = pytest.mark.cpu_kernels  # host tensors, even where CUDA is present
 
@@ -47,3 +51,18 @@ def test_the_default_dtype_is_bfloat16_where_it_was_measured_faster(kernels, one
     """bench/cpu_levels.py: bfloat16 decodes faster with the vector levels' kernels or oneDNN's own
     bfloat16 products, float32 with the portable kernels or none."""
     assert cpu_bfloat16_is_faster(kernels, onednn) is bfloat16
+
+
+def test_int8_weights_take_bfloat16_activations_by_default_even_where_float32_is_faster(monkeypatch):
+    """The int8 product multiplies bfloat16 activations at every level: at the portable one, where
+    plain weights default to float32, `--quantization int8` must not fall to its float32 path."""
+    monkeypatch.setenv(ISA_ENV, "portable")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)  # a CPU without AVX-512
+    cpu_kernels.cache_clear()
+    try:
+        config = ModelConfig.from_folder(resolve_model_path(None))
+        cpu = torch.device("cpu")
+        assert resolve_dtype(EngineConfig(quantization="int8"), config, cpu) == torch.bfloat16
+        assert resolve_dtype(EngineConfig(), config, cpu) == torch.float32
+    finally:
+        cpu_kernels.cache_clear()
