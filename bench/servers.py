@@ -22,9 +22,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(command: list[str], port: int, health_path: str = "/health", timeout: float = 300) -> Iterator[str]:
+def running(
+    command: list[str], port: int, health_path: str = "/health", timeout: float = 300, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Runs `command` (which listens on `port`) until the block ends; yields its base URL."""
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, timeout, health_path)

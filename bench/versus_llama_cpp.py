@@ -1,8 +1,10 @@
-"""Argosy against llama.cpp's server on the same chat requests, side by side in one run: output
-tokens/s and time to first token at concurrency 1 and 16, Argosy with and without prompt-lookup
-speculation, all on the default model in bfloat16 with 2 threads.
+"""Argosy against llama.cpp's server on the same chat requests, side by side in one run, at each
+instruction-set level this CPU runs: output tokens/s and time to first token at concurrency 1 and
+16, Argosy with and without prompt-lookup speculation, on the default model with 2 threads, its
+weights in bfloat16 and in int8 (Argosy's --quantization int8 against llama.cpp's Q8_0).
 
-    python bench/versus_llama_cpp.py --llama-server PATH --gguf PATH [--concurrency 1 16] [--max-tokens 96]
+    python bench/versus_llama_cpp.py --llama-build DIR --gguf bf16=PATH int8=PATH \
+        [--levels avx2 avx512_bf16] [--concurrency 1 16] [--max-tokens 96]
 
 The workload is bench/spec_decode.py's input-grounded one: 16 chat requests that rewrite or
 repeat a code snippet or a paragraph, greedy, each answer at most --max-tokens tokens (they
@@ -10,14 +12,20 @@ stop at their end of sequence: the servers' answers differ in length where their
 does, so tokens are counted from each response's usage). At concurrency c, c clients each send
 their next request when the last one ends; the servers take turns, one running at a time.
 
-llama.cpp's server builds from the source package of llama-cpp-python (its vendor/llama.cpp),
-and its converter (it needs `pip install sentencepiece`) writes the default model as a GGUF:
+A level is held on both sides: Argosy by ARGOSY_CPU_ISA with PyTorch held to the same
+instructions (bench/cpu_levels.py), llama.cpp by the one CPU variant of ggml it is given (a
+build with every variant, GGML_BACKEND_DL, loads the best one found beside its executable: each
+level gets a folder of its own with only that level's). llama.cpp's server builds from the
+source package of llama-cpp-python (its vendor/llama.cpp), and its converter (it needs
+`pip install sentencepiece`) writes the default model as GGUFs:
 
     pip download --no-binary :all: --no-deps llama-cpp-python && tar xzf llama_cpp_python-*.tar.gz
-    cmake -S llama_cpp_python-*/vendor/llama.cpp -B llama-build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF
-    cmake --build llama-build --target llama-server -j2
-    python llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py \\
-        ~/.cache/argosy/models/SmolLM2-135M-Instruct --outtype bf16 --outfile smollm2-bf16.gguf
+    cmake -S llama_cpp_python-*/vendor/llama.cpp -B llama-build -DGGML_BACKEND_DL=ON \
+        -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
+    cmake --build llama-build -j2 --target llama-server ggml-cpu-x64 ggml-cpu-haswell \
+        ggml-cpu-skylakex ggml-cpu-cooperlake ggml-cpu-sapphirerapids
+    for t in bf16 q8_0; do python llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py \
+        ~/.cache/argosy/models/SmolLM2-135M-Instruct --outtype $t --outfile smollm2-$t.gguf; done
 """
 
 from __future__ import annotations
@@ -25,11 +33,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
+from cpu_levels import PYTORCH_LIMITS
 from servers import free_port, running
 from serving import Level
 from spec_decode import grounded_conversations
@@ -77,12 +90,32 @@ async def run_level(url: str, conversations: list[list[dict]], concurrency: int,
     return level
 
 
-def servers(args: argparse.Namespace, port: int) -> dict[str, list[str]]:
-    slots = max(args.concurrency)
+def ggml_variant(level: str, flags: frozenset[str]) -> str:
+    """llama.cpp's CPU variant of a level: its best on this CPU at the top level (AMX tiles where
+    the CPU has them), the one of the same instructions below."""
+    if level == "avx512_bf16":
+        return "sapphirerapids" if "amx_int8" in flags else "cooperlake"
+    return {"portable": "x64", "avx2": "haswell", "avx512": "skylakex"}[level]
+
+
+def llama_server_at(build: Path, variant: str, folder: Path) -> str:
+    """A copy of the build's server and libraries with one CPU variant of ggml: the one it loads."""
+    for library in (build / "bin").glob("lib*.so*"):
+        if not library.name.startswith("libggml-cpu-") or library.name == f"libggml-cpu-{variant}.so":
+            shutil.copy2(library, folder)
+    if not (folder / f"libggml-cpu-{variant}.so").exists():
+        raise SystemExit(f"{build} has no libggml-cpu-{variant}.so: build the target ggml-cpu-{variant}")
+    shutil.copy2(build / "bin" / "llama-server", folder)
+    return str(folder / "llama-server")
+
+
+def servers(llama_server: str, gguf: str, weights: str, slots: int, port: int) -> dict[str, list[str]]:
     argosy = [sys.executable, "-P", "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
     argosy += ["--max-num-seqs", str(slots), "--dtype", "bfloat16"]
+    if weights == "int8":
+        argosy += ["--quantization", "int8"]
     return {
-        "llama.cpp": [args.llama_server, "-m", args.gguf, "--port", str(port), "--host", "127.0.0.1",
+        "llama.cpp": [llama_server, "-m", gguf, "--port", str(port), "--host", "127.0.0.1",
                       "-t", "2", "-tb", "2", "--parallel", str(slots), "-c", str(slots * 2048), "-a", MODEL],
         "argosy": argosy,
         "argosy, ngram": [*argosy, "--speculative-config", json.dumps(NGRAM)],
@@ -91,28 +124,51 @@ def servers(args: argparse.Namespace, port: int) -> dict[str, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--llama-server", required=True)
-    parser.add_argument("--gguf", required=True, help="the default model as a bfloat16 GGUF")
+    parser.add_argument("--llama-build", type=Path, required=True, help="llama.cpp's build folder (bin/ inside)")
+    parser.add_argument(
+        "--gguf", nargs="+", required=True, help="WEIGHTS=PATH: bf16=the default model in bfloat16, int8=its Q8_0"
+    )
+    parser.add_argument("--levels", nargs="+", default=None, help="default: every level this CPU runs")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--max-tokens", type=int, default=96)
     args = parser.parse_args()
+    from argosy.kernels.cpu_isa import ISA_ENV, cpu_flags, machine_levels
+    from argosy.server.profile.machine import cpu_line
+
+    ggufs = dict(item.split("=", 1) for item in args.gguf)
     conversations = grounded_conversations()
     port = free_port()
-    results: dict[tuple[str, int], Level] = {}
-    for name, command in servers(args, port).items():
-        with running(command, port) as url:
-            asyncio.run(run_level(url, conversations[:2], 2, 8))  # warm-up
+    results: dict[tuple[str, str, str, int], Level] = {}
+    variants = {level: ggml_variant(level, cpu_flags()) for level in args.levels or machine_levels()}
+    for level, variant in variants.items():
+        env = {**os.environ, ISA_ENV: level, **PYTORCH_LIMITS[level]}
+        with tempfile.TemporaryDirectory() as folder:
+            llama_server = llama_server_at(args.llama_build, variant, Path(folder))
+            for weights, gguf in ggufs.items():
+                for name, command in servers(llama_server, gguf, weights, max(args.concurrency), port).items():
+                    with running(command, port, env=env) as url:
+                        asyncio.run(run_level(url, conversations[:2], 2, 8))  # warm-up
+                        for c in args.concurrency:
+                            results[level, weights, name, c] = asyncio.run(
+                                run_level(url, conversations, c, args.max_tokens)
+                            )
+    print(f"\n{cpu_line()}")
+    print(
+        f"{len(conversations)} input-grounded chat requests, at most {args.max_tokens} tokens each, greedy, 2 threads"
+    )
+    print("| level (ggml variant) | weights | concurrency | server | output tokens/s | vs llama.cpp | TTFT p50 ms |")
+    print("|---|---|--:|---|--:|--:|--:|")
+    for level, variant in variants.items():
+        for weights in ggufs:
             for c in args.concurrency:
-                results[name, c] = asyncio.run(run_level(url, conversations, c, args.max_tokens))
-    print(f"\n{len(conversations)} input-grounded chat requests, at most {args.max_tokens} tokens each, greedy")
-    print("| concurrency | server | output tokens/s | vs llama.cpp | TTFT p50 ms |")
-    print("|--:|---|--:|--:|--:|")
-    for c in args.concurrency:
-        base = results["llama.cpp", c].tokens_per_s
-        for name in ("llama.cpp", "argosy", "argosy, ngram"):
-            level = results[name, c]
-            ttft = statistics.median(level.ttft) * 1e3
-            print(f"| {c} | {name} | {level.tokens_per_s:.1f} | {level.tokens_per_s / base:.2f}x | {ttft:.0f} |")
+                base = results[level, weights, "llama.cpp", c].tokens_per_s
+                for name in ("llama.cpp", "argosy", "argosy, ngram"):
+                    run = results[level, weights, name, c]
+                    ttft = statistics.median(run.ttft) * 1e3
+                    print(
+                        f"| {level} ({variant}) | {weights} | {c} | {name} | {run.tokens_per_s:.1f} "
+                        f"| {run.tokens_per_s / base:.2f}x | {ttft:.0f} |"
+                    )
 
 
 if __name__ == "__main__":
