@@ -23,7 +23,7 @@ source package of llama-cpp-python (its vendor/llama.cpp), and its converter (it
     cmake -S llama_cpp_python-*/vendor/llama.cpp -B llama-build -DGGML_BACKEND_DL=ON \
         -DGGML_CPU_ALL_VARIANTS=ON -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
     cmake --build llama-build -j2 --target llama-server ggml-cpu-x64 ggml-cpu-haswell \
-        ggml-cpu-skylakex ggml-cpu-cooperlake ggml-cpu-sapphirerapids
+        ggml-cpu-skylakex ggml-cpu-cooperlake
     for t in bf16 q8_0; do python llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py \
         ~/.cache/argosy/models/SmolLM2-135M-Instruct --outtype $t --outfile smollm2-$t.gguf; done
 """
@@ -90,12 +90,9 @@ async def run_level(url: str, conversations: list[list[dict]], concurrency: int,
     return level
 
 
-def ggml_variant(level: str, flags: frozenset[str]) -> str:
-    """llama.cpp's CPU variant of a level: its best on this CPU at the top level (AMX tiles where
-    the CPU has them), the one of the same instructions below."""
-    if level == "avx512_bf16":
-        return "sapphirerapids" if "amx_int8" in flags else "cooperlake"
-    return {"portable": "x64", "avx2": "haswell", "avx512": "skylakex"}[level]
+# llama.cpp's CPU variant of the same instructions as each level. Not sapphirerapids at the top
+# (AMX tiles): on this machine's virtual CPU its Q8_0 path dies of SIGILL, AMX state not granted.
+GGML_VARIANTS = {"portable": "x64", "avx2": "haswell", "avx512": "skylakex", "avx512_bf16": "cooperlake"}
 
 
 def llama_server_at(build: Path, variant: str, folder: Path) -> str:
@@ -132,14 +129,14 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--max-tokens", type=int, default=96)
     args = parser.parse_args()
-    from argosy.kernels.cpu_isa import ISA_ENV, cpu_flags, machine_levels
+    from argosy.kernels.cpu_isa import ISA_ENV, machine_levels
     from argosy.server.profile.machine import cpu_line
 
     ggufs = dict(item.split("=", 1) for item in args.gguf)
     conversations = grounded_conversations()
     port = free_port()
     results: dict[tuple[str, str, str, int], Level] = {}
-    variants = {level: ggml_variant(level, cpu_flags()) for level in args.levels or machine_levels()}
+    variants = {level: GGML_VARIANTS[level] for level in args.levels or machine_levels()}
     for level, variant in variants.items():
         env = {**os.environ, ISA_ENV: level, **PYTORCH_LIMITS[level]}
         with tempfile.TemporaryDirectory() as folder:
