@@ -58,7 +58,7 @@ struct Bf16Pairs {
   using XElem = float;
   // 8 sums and 4 widened half-lines in 16 registers (a unit's sums take two); one row leaves
   // room for two units: more streams.
-  static constexpr int kUnits = 1, kRows = 4, kOneRowUnits = 2;
+  static constexpr int kUnits = 1, kRows = 5, kOneRowUnits = 2;
   struct Line {
     __m256 odd[2], even[2];  // features 0-7 and 8-15
   };

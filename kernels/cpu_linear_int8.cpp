@@ -29,7 +29,9 @@ struct Int8Lines {
   static XVal x_at(const XElem* x, int64_t k) { return _mm512_set1_ps(x[k]); }
   static void add(Sum* acc, const Line& line, const XVal& x) { acc[0] = _mm512_fmadd_ps(line, x, acc[0]); }
 #elif defined(__AVX2__)
-  static constexpr int kUnits = 1, kRows = 4, kOneRowUnits = 2;  // 8 sums and 2 half-lines in 16 registers
+  // 12 sums, 2 half-lines and x in 16 registers: six rows widen each line once (a speculative
+  // step's five rows in one pass).
+  static constexpr int kUnits = 1, kRows = 6, kOneRowUnits = 2;
   struct Line {
     __m256 half[2];  // features 0-7 and 8-15
   };

@@ -132,17 +132,20 @@ template <typename Format>
 void product(int64_t m, int64_t n, const Operands<Format>& whole) {
   const int64_t units = n / kUnit;
   const int64_t unit_step = m == 1 ? Format::kOneRowUnits : Format::kUnits;
+  // As few passes over the weights as the tile's rows allow, the rows shared evenly between them
+  // (16 rows in tiles of at most 5: four passes of 4, not three of 5 and one of 1).
+  const int64_t passes = (m + Format::kRows - 1) / Format::kRows, pass_rows = (m + passes - 1) / passes;
   at::parallel_for(0, units, 1, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; u += unit_step) {
       const int width = static_cast<int>(std::min<int64_t>(unit_step, end - u));
-      for (int64_t r = 0; r < m; r += Format::kRows) {
+      for (int64_t r = 0; r < m; r += pass_rows) {
         Operands<Format> part = whole;
         part.x += r * whole.x_stride;
         part.w += u * whole.unit_stride;
         part.scale = whole.scale == nullptr ? nullptr : whole.scale + u * kUnit;
         part.bias = whole.bias == nullptr ? nullptr : whole.bias + u * kUnit;
         part.out += r * whole.out_stride + u * kUnit;
-        tile_any<Format>(width, static_cast<int>(std::min<int64_t>(Format::kRows, m - r)), part);
+        tile_any<Format>(width, static_cast<int>(std::min(pass_rows, m - r)), part);
       }
     }
   });
