@@ -15,13 +15,6 @@
 
 namespace {
 
-// exp over n floats in place, after subtracting `peak`; returns their sum.
-inline float exp_sum(float* s, int64_t n, float peak) {
-  float sum = 0.f;
-  for (int64_t t = 0; t < n; ++t) sum += (s[t] = std::exp(s[t] - peak));
-  return sum;
-}
-
 // D: the head dimension, fixed at compile time for the common sizes so that every loop over it
 // unrolls into vector instructions; 0 reads it at run time.
 template <typename T, int64_t D>
@@ -73,7 +66,7 @@ void decode(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_
       });
       for (int64_t g = 0; g < group; ++g) {
         float* s = scores.data() + g * len;
-        total[g] = exp_sum(s, len, *std::max_element(s, s + len));
+        total[g] = argosy_vec::exp_sum(s, len, *std::max_element(s, s + len));
       }
       std::fill(acc.begin(), acc.end(), 0.f);
       for_each_slot(vp, [&](int64_t t) {

@@ -126,12 +126,9 @@ void chunks_generic(const at::Tensor& q, const at::Tensor& k_cache, const at::Te
           const float correction = std::exp(top[r] - peak);
           float* a = acc.data() + r * head_dim;
           for (int64_t d = 0; d < head_dim; ++d) a[d] *= correction;
-          float sum = 0.f;
-          for (int64_t j = 0; j < seen; ++j) {
-            const float p = std::exp(scores[j] - peak);
-            sum += p;
-            for (int64_t d = 0; d < head_dim; ++d) a[d] += p * values[j * head_dim + d];
-          }
+          const float sum = argosy_vec::exp_sum(scores, seen, peak);  // the step's exponentials at once
+          for (int64_t j = 0; j < seen; ++j)
+            for (int64_t d = 0; d < head_dim; ++d) a[d] += scores[j] * values[j * head_dim + d];
           total[r] = total[r] * correction + sum;
           top[r] = peak;
         }
