@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from argosy import SamplingParams
+from argosy.server.models.int8_linear import Int8Linear
 from argosy.server.models.paired_linear import PairedLinear, pairing_fits, pairing_supported
 from tests.checkpoints import build_checkpoint, tiny_llm
 
@@ -43,9 +44,10 @@ def test_products_are_the_pair_sums_exactly(rows, shape, bias):
     assert torch.equal(layer(x), pair_products(x, weight, b))
 
 
-def test_each_row_is_the_same_alone_or_among_others_and_leading_dims_are_kept():
+@pytest.mark.parametrize("layer_class", [PairedLinear, Int8Linear])  # both of Argosy's CPU products
+def test_each_row_is_the_same_alone_or_among_others_and_leading_dims_are_kept(layer_class):
     torch.manual_seed(0)
-    layer = PairedLinear.from_weight(torch.randn(576, 1536).bfloat16())
+    layer = layer_class.from_weight(torch.randn(576, 1536).bfloat16())
     x = torch.randn(3, 7, 1536).bfloat16()
     batched = layer(x)
     assert batched.shape == (3, 7, 576)
