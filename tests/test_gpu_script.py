@@ -52,6 +52,7 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
     assert "| 8 adapters, rank 16, mixed in every step |" in lora and "| rank 64: copied into a device slot |" in lora
     assert "== tests: exit 0" in (tmp_path / "tests.txt").read_text()
     assert "| async |" in (tmp_path / "async.txt").read_text()
+    assert "== tp-bench: exit 0" in (tmp_path / "tp-bench.txt").read_text()
 
 
 def test_the_structured_step_runs_where_the_wheels_came_along():
