@@ -54,11 +54,12 @@ class Int8Linear(Linear):
         if not self.in_kernel:
             out = nn.functional.linear(x.float(), self.int8_weight.float()) * self.weight_scale
             return (out if self.bias is None else out + self.bias.float()).to(x.dtype)
-        rows = x.reshape(-1, self.in_features)
-        if rows.stride(1) != 1:
-            rows = rows.contiguous()
-        out = cpu_kernels.int8_linear(rows, self.int8_weight, self.weight_scale, self.bias, self.out_features)
-        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+        return self.rows_product(
+            x,
+            lambda rows: cpu_kernels.int8_linear(
+                rows, self.int8_weight, self.weight_scale, self.bias, self.out_features
+            ),
+        )
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, int8_kernel={self.in_kernel}"

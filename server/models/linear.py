@@ -68,6 +68,15 @@ class Linear(nn.Module):
     def product(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, self.weight, self.bias)
 
+    def rows_product(self, x: torch.Tensor, product: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """`product` of x's rows ([rows, in], each row contiguous), in x's leading shape: for the
+        CPU kernels, which take two-dimensional x."""
+        rows = x.reshape(-1, self.in_features)
+        if rows.stride(1) != 1:
+            rows = rows.contiguous()
+        out = product(rows)
+        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+
     def add(self, addition: nn.Module) -> None:
         """From now on `addition(x, out)` adds to every output `out`, in place."""
         self.additions.append(addition)

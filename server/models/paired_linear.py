@@ -30,8 +30,6 @@ class PairedLinear(Linear):
         self.register_buffer("paired_weight", paired)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features)
-        if rows.stride(1) != 1:
-            rows = rows.contiguous()
-        out = cpu_kernels.paired_linear(rows, self.paired_weight, self.bias, self.out_features)
-        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+        return self.rows_product(
+            x, lambda rows: cpu_kernels.paired_linear(rows, self.paired_weight, self.bias, self.out_features)
+        )
