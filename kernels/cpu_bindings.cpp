@@ -3,29 +3,8 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
-void paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& q_index, const at::Tensor& block_tables,
-                            const at::Tensor& seq_lens, double scale, at::Tensor& out);
-void paged_chunk_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& q_start, const at::Tensor& q_len, const at::Tensor& seq_lens,
-                           const at::Tensor& block_tables, double scale, at::Tensor& out);
-at::Tensor greedy_argmax(const at::Tensor& logits);
-std::tuple<at::Tensor, at::Tensor> rms_norm_bf16(const at::Tensor& x, const at::Tensor& weight, double eps,
-                                                 const c10::optional<at::Tensor>& residual);
-std::tuple<at::Tensor, at::Tensor> rotary_bf16(const at::Tensor& positions, const at::Tensor& q, const at::Tensor& k,
-                                               const at::Tensor& cos, const at::Tensor& sin);
-at::Tensor silu_and_mul_bf16(const at::Tensor& x);
-void write_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
-              const at::Tensor& slot_mapping);
-void apply_token_bitmask(at::Tensor& logits, const at::Tensor& bitmask, const at::Tensor& rows);
-at::Tensor pack_linear_bf16(const at::Tensor& weight);
-at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                       int64_t n);
-at::Tensor pack_linear_int8(const at::Tensor& weight);
-at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& packed, const at::Tensor& scale,
-                       const c10::optional<at::Tensor>& bias, int64_t n);
-void lora_runs(const at::Tensor& x, at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-               const std::vector<int64_t>& bounds, const at::Tensor& runs);
+#include "cpu_decoder.h"
+#include "cpu_kernels.h"
 
 #define ARGOSY_STRING_OF(tokens) #tokens
 #define ARGOSY_STRING(macro) ARGOSY_STRING_OF(macro)
@@ -47,4 +26,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_linear_int8", &pack_linear_int8, "an int8 weight into units of 16 outputs (cpu_linear_int8.cpp)");
   m.def("linear_int8", &linear_int8, "x Q^T * scale (+ b) over an int8 weight (cpu_linear_int8.cpp)");
   m.def("lora_runs", &lora_runs, "a step's LoRA products for one layer, a run of one adapter at a time (cpu_lora.cpp)");
+  namespace py = pybind11;
+  // module_local: each level's build is a module of its own, and several load in one process.
+  py::class_<Projection>(m, "Projection", "a linear layer in a kernel's format (cpu_decoder.h)", py::module_local())
+      .def(py::init<at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t>(), py::arg("weight"),
+           py::arg("scale"), py::arg("bias"), py::arg("out_features"));
+  py::class_<LayerWeights>(m, "LayerWeights", "one decoder layer's weights (cpu_decoder.h)", py::module_local())
+      .def(py::init<at::Tensor, at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>, Projection,
+                    Projection, Projection, Projection>(),
+           py::arg("input_norm"), py::arg("post_norm"), py::arg("q_norm"), py::arg("k_norm"), py::arg("qkv"),
+           py::arg("o"), py::arg("gate_up"), py::arg("down"));
+  py::class_<CpuDecoder>(m, "CpuDecoder", "the decoder's layers in one call per step (cpu_decoder.cpp)", py::module_local())
+      .def(py::init<int64_t, int64_t, int64_t, double, double, at::Tensor, at::Tensor, std::vector<LayerWeights>>(),
+           py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("eps"), py::arg("scale"),
+           py::arg("cos"), py::arg("sin"), py::arg("layers"))
+      .def("forward", &CpuDecoder::forward, py::arg("x"), py::arg("residual"), py::arg("positions"),
+           py::arg("kv_cache"), py::arg("slot_mapping"), py::arg("decodes"), py::arg("chunks"));
 }

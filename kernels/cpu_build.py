@@ -25,6 +25,7 @@ SOURCES = [
         "linear_int8",
         "kv_cache",
         "lora",
+        "decoder",
     )
 ] + [HERE / "cpu_bindings.cpp"]
 HEADERS = sorted(HERE.glob("cpu_*.h"))

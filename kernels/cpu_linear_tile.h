@@ -130,6 +130,7 @@ void tile_any(int units, int rows, const Operands<Format>& o) {
 // thread, a few units at a time over every row. `whole` holds the first unit's operands.
 template <typename Format>
 void product(int64_t m, int64_t n, const Operands<Format>& whole) {
+  if (m == 0) return;  // a step of no logits rows: no passes to share rows between
   const int64_t units = n / kUnit;
   const int64_t unit_step = m == 1 ? Format::kOneRowUnits : Format::kUnits;
   // As few passes over the weights as the tile's rows allow, the rows shared evenly between them

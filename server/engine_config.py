@@ -143,7 +143,9 @@ class EngineConfig:
         "kernels of attention, KV-cache writes, norms, rotary and activation; auto: triton on CUDA, torch on CPU "
         "(triton on CPU runs Triton's interpreter: for tests, slow)",
     )
-    enforce_eager: bool = setting(False, "never run decode steps through CUDA graphs")
+    enforce_eager: bool = setting(
+        False, "never run decode steps through CUDA graphs, nor a CPU step's layers in one C++ call"
+    )
     cuda_graph_sizes: list[int] = setting(
         [],
         "decode batch sizes to capture as CUDA graphs; default 1, 2, 4, 8, then steps of 8 up to max_num_seqs "

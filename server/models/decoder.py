@@ -25,6 +25,9 @@ from argosy.server.parallel.stages import PipelineStage
 from argosy.server.parallel.vocab import VocabShard
 
 Reduce = Callable[[torch.Tensor], torch.Tensor] | None  # sums a partial output across ranks; None: one rank
+# (x, residual, positions, kv_cache, meta) -> (x, residual): every layer at once (one_call_layers.py).
+Pair = tuple[torch.Tensor, torch.Tensor]
+LayersCall = Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor, Any], Pair]
 
 
 class Attention(nn.Module):
@@ -109,6 +112,8 @@ class CausalLM(nn.Module):
             None if cfg.tie_word_embeddings or not last else linears("lm_head", cfg.hidden_size, cfg.vocab_size)
         )
         self.rotary = RotaryEmbedding(cfg.head_dim, max_position, cfg.rope, backend.kernels)
+        # Set by the model runner where the layers run in one C++ call (CPU); the modules otherwise.
+        self.one_call: LayersCall | None = None
 
     def forward(
         self,
@@ -126,8 +131,11 @@ class CausalLM(nn.Module):
             residual = None
         else:
             x, residual = carried
-        for layer, layer_cache in zip(self.layers, kv_cache):
-            x, residual = layer(x, residual, positions, self.rotary, layer_cache, meta)
+        if self.one_call is not None:
+            x, residual = self.one_call(x, residual, positions, kv_cache, meta)
+        else:
+            for layer, layer_cache in zip(self.layers, kv_cache):
+                x, residual = layer(x, residual, positions, self.rotary, layer_cache, meta)
         if self.norm is None:
             return x, residual
         x, _ = self.norm(x, residual)

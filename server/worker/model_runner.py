@@ -1,6 +1,7 @@
 """ModelRunner: owns the model and the KV cache on the device. A step is two parts: its inputs
 are prepared (step_inputs.py), then one forward pass returns the logits of the sequences to
-sample; decode steps go through CUDA graphs (cuda_graphs.py) when they are on. The
+sample; decode steps go through CUDA graphs (cuda_graphs.py) when they are on, and on CPU every
+step's decoder layers run in one C++ call (one_call_layers.py) where the kernels cover them. The
 memory-profiling pass goes through the same parts.
 
 Between steps the weights may change: swapped in place for a new checkpoint's (the graphs keep
@@ -20,6 +21,7 @@ from argosy.server.lora.device_weights import LoRAContext, LoRAWeights
 from argosy.server.models.linear_factory import LinearFactory
 from argosy.server.models.loader import load_model
 from argosy.server.models.model_config import ModelConfig
+from argosy.server.models.one_call_layers import one_call_layers
 from argosy.server.models.weight_swap import check_same_tensors, copy_weights, stage_checkpoint
 from argosy.server.parallel.group import SINGLE, TensorParallel
 from argosy.server.parallel.pipeline import PipelineParallel
@@ -79,6 +81,8 @@ class ModelRunner:
         self.cfg, self.model = cfg, model  # only once it loaded: a failed load changes nothing
         if self.lora is not None:
             self.lora.attach(self.model, self.lora_context, self.backend.kernels.lora)
+        if not config.enforce_eager:  # once the LoRA layers are on: a layer with additions stays a module
+            self.model.one_call = one_call_layers(self.model, self.backend)
         self.graphs = None
         if self.graphs_on:
             self.graphs = DecodeGraphs(

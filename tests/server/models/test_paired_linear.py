@@ -56,6 +56,13 @@ def test_each_row_is_the_same_alone_or_among_others_and_leading_dims_are_kept(la
     assert torch.equal(layer(x.transpose(0, 1)), batched.transpose(0, 1))  # rows not contiguous
 
 
+@pytest.mark.parametrize("layer_class", [PairedLinear, Int8Linear])
+def test_no_rows_give_no_rows(layer_class):
+    """A chunked prefill's middle step samples nothing: the LM head gets no rows."""
+    layer = layer_class.from_weight(torch.randn(64, 32).bfloat16())
+    assert layer(torch.empty(0, 32, dtype=torch.bfloat16)).shape == (0, 64)
+
+
 def test_shapes_outside_the_layout_are_left_to_other_formats():
     assert pairing_fits(64, 320) and not pairing_fits(64, 328) and not pairing_fits(63, 320)
 
