@@ -4,9 +4,11 @@ default model, offline, one sequence and sixteen. Each level runs in a process o
 stands in for a CPU of that level: ARGOSY_CPU_ISA picks Argosy's kernels, and
 ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS hold PyTorch's own kernels,
 oneDNN and MKL to the same instructions (an AVX2 machine's bandwidth and cores are not emulated:
-the figures compare levels and weight formats on this machine).
+the figures compare levels and weight formats on this machine). `--steps one-call eager` sets
+each step's decoder layers in one C++ call (the default) beside the modules (`--enforce-eager`).
 
     python bench/cpu_levels.py [--levels avx2 avx512_bf16] [--weights bfloat16 int8] [--tokens 64]
+                               [--steps one-call eager]
 """
 
 from __future__ import annotations
@@ -35,12 +37,22 @@ PYTORCH_LIMITS = {
 WEIGHTS = {"bfloat16": ("bfloat16", None), "float32": ("float32", None), "int8": ("bfloat16", "int8")}
 
 
-def measure(weights: str, tokens: int) -> dict:
+STEPS = {"one-call": False, "eager": True}  # --steps: each one's enforce_eager
+
+
+def measure(weights: str, steps: str, tokens: int) -> dict:
     """In the child: the engine's start-up line and its decode tokens/s at 1 and 16 sequences."""
     from argosy import LLM, SamplingParams
 
     dtype, quantization = WEIGHTS[weights]
-    llm = LLM(dtype=dtype, quantization=quantization, max_model_len=1024, kv_cache_memory=256 << 20, max_num_seqs=16)
+    llm = LLM(
+        dtype=dtype,
+        quantization=quantization,
+        enforce_eager=STEPS[steps],
+        max_model_len=1024,
+        kv_cache_memory=256 << 20,
+        max_num_seqs=16,
+    )
     prompts = [f"Question {i}: tell me about the history of the number {i}." for i in range(16)]
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
     llm.generate(prompts[:2], SamplingParams(temperature=0.0, max_tokens=4))  # warm-up
@@ -57,10 +69,11 @@ def main() -> None:
     parser.add_argument("--levels", nargs="+", default=None, help="default: every level this CPU runs")
     parser.add_argument("--weights", nargs="+", choices=list(WEIGHTS), default=list(WEIGHTS))
     parser.add_argument("--tokens", type=int, default=64, help="tokens per sequence")
-    parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
+    parser.add_argument("--steps", nargs="+", choices=list(STEPS), default=["one-call"])
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child[0], args.tokens)))
+        print(json.dumps(measure(*args.child, args.tokens)))
         return
     from argosy.kernels.cpu_isa import ISA_ENV, machine_levels
     from argosy.server.profile.machine import cpu_line
@@ -68,17 +81,17 @@ def main() -> None:
     rows = []
     for level in args.levels or machine_levels():
         for weights in args.weights:
-            env = {**os.environ, ISA_ENV: level, **PYTORCH_LIMITS[level]}
-            command = [sys.executable, "-P", __file__, "--child", weights, "--tokens", str(args.tokens)]
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-            rows.append((level, weights, json.loads(done.stdout.strip().splitlines()[-1])))
+            for steps in args.steps:
+                env = {**os.environ, ISA_ENV: level, **PYTORCH_LIMITS[level]}
+                command = [sys.executable, "-P", __file__, "--child", weights, steps, "--tokens", str(args.tokens)]
+                done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+                rows.append((level, weights, steps, json.loads(done.stdout.strip().splitlines()[-1])))
     print(f"\n{cpu_line()}; the default model, offline, {args.tokens} tokens a sequence, greedy")
-    print("| level | weights | decode tok/s, 1 seq | decode tok/s, 16 seqs | start-up line |")
-    print("|---|---|--:|--:|---|")
-    for level, weights, figures in rows:
-        print(
-            f"| {level} | {weights} | {figures['tok_s_1']:.1f} | {figures['tok_s_16']:.1f} | `{figures['startup']}` |"
-        )
+    print("| level | weights | layers | decode tok/s, 1 seq | decode tok/s, 16 seqs | start-up line |")
+    print("|---|---|---|--:|--:|---|")
+    for level, weights, steps, figures in rows:
+        tok_s = f"{figures['tok_s_1']:.1f} | {figures['tok_s_16']:.1f}"
+        print(f"| {level} | {weights} | {steps} | {tok_s} | `{figures['startup']}` |")
 
 
 if __name__ == "__main__":
