@@ -44,10 +44,26 @@ def process_group(pgid: int) -> list[int]:
     return [pid for pid in pids if (stat := _stat(pid)) is not None and int(stat[2]) == pgid and alive(pid)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(avoid: tuple[int, ...] = ()) -> int:
+    """A port free now, none of `avoid` (ports a server will bind later, which are free now too)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
+def free_port_pair() -> int:
+    """A port free now whose next is free too: a master port, and the node link beside it."""
+    while True:
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
 
 
 @dataclass

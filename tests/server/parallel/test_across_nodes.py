@@ -24,9 +24,10 @@ from argosy.operator.leader_worker_set import build_leader_worker_set
 from argosy.operator.owner import Owner
 from argosy.operator.spec import InferenceServiceSpec
 from argosy.server.executor.headless import node_ending
+from argosy.server.executor.node_link import link_port
 from tests.checkpoints import build_checkpoint
 from tests.polling import wait_until
-from tests.processes import MODEL, alive, children, free_port, running, serve_command, serve_process
+from tests.processes import MODEL, alive, children, free_port, free_port_pair, running, serve_command, serve_process
 
 PROMPTS = ["once upon a time", "the quick brown fox", "a b c d e"]
 
@@ -67,7 +68,7 @@ def pod_command(checkpoint, template: str, worker_index: int, master_port: int) 
     env = {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_WORKER_INDEX": str(worker_index)}
     args = kubelet_expanded(pod_arguments(template), env)
     assert args[0] == "serve" and not any("$(" in arg for arg in args)
-    port = free_port()
+    port = free_port(avoid=(master_port, link_port(master_port)))
     ours = serve_command(checkpoint, port)  # python -P -m argosy serve, then the test's settings
     return [*ours[:5], *args[1:], *ours[5:], "--host", "127.0.0.1", "--master-port", str(master_port)], port
 
@@ -102,7 +103,7 @@ def tree(pid: int) -> list[int]:
 def test_two_nodes_serve_the_one_process_servers_tokens_and_a_lost_rank_ends_the_leader(four_layers):
     with serve_process(four_layers) as alone:
         expected = completions(alone.url)
-    master_port = free_port()
+    master_port = free_port_pair()
     with headless_node(four_layers, master_port) as (node, node_log), leader_pod(four_layers, master_port) as leader:
         assert completions(leader.url) == expected
         # The start-up line comes from the driver, on the headless node, and the leader says it.
@@ -128,7 +129,7 @@ def test_a_headless_node_ends_with_its_leader_failing_unless_it_was_stopped(four
     """A leader stopped (SIGTERM: it shuts its ranks and the nodes' down) ends the node with 0; a
     leader killed, every process of its pod at once as an OOM kill or a lost node does, ends it
     with 1 within seconds, though the node's ranks end quietly."""
-    master_port = free_port()
+    master_port = free_port_pair()
     with headless_node(four_layers, master_port) as (node, node_log), leader_pod(four_layers, master_port) as leader:
         pod = [leader.popen.pid] if signal_to_leader == signal.SIGTERM else tree(leader.popen.pid)
         for pid in pod:
