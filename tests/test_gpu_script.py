@@ -1,8 +1,9 @@
 """bench/gpu.sh, the one script of GPU measurements, run in its CPU dry run: every step it takes
 on the GPU (bench/gpu_kernels.py's shape paths, the end-to-end decode bench on a random
-checkpoint, the tests, the no-compile-after-start-up check, the throughput and LoRA benches) runs at toy
-sizes and without the packages the GPU machine lacks, in the order that puts the figures that
-matter most first, so the script works the first time it meets a GPU."""
+checkpoint, the tests, the throughput and LoRA benches) runs at toy sizes and without the packages
+the GPU machine lacks (the no-compile-after-start-up check runs in the suite itself, and is
+collected here without them), in the order that puts the figures that matter most first, so the
+script works the first time it meets a GPU."""
 
 from __future__ import annotations
 
@@ -45,7 +46,6 @@ def test_gpu_script_dry_run_writes_every_table(tmp_path):
     assert "graphs speed-up" in kernels
     decode = (tmp_path / "decode.txt").read_text()
     assert "| batch | ms per step | tokens/s | roofline tokens/s | of roofline |" in decode and "| 2 |" in decode
-    assert "== variants: exit 0" in (tmp_path / "variants.txt").read_text()
     throughput = (tmp_path / "throughput.txt").read_text()
     assert "| argosy engine |" in throughput and "| step / products |" in throughput
     lora = (tmp_path / "lora.txt").read_text()

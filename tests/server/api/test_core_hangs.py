@@ -35,6 +35,7 @@ STEP_TIMEOUT = 3.0
 MARGIN = 5.0
 PING_INTERVAL = ProgressWatchdog(STEP_TIMEOUT, 0.0).ping_interval
 STREAM_TOKENS = 3000
+LONGEST_STEP = DEFAULT_BATCHED_TOKENS // 2
 
 
 @pytest.fixture(scope="module")
@@ -161,17 +162,23 @@ def timed_long_prompt(server_url: str, prompt_tokens: int) -> float:
 
 @pytest.mark.slow
 def test_a_long_step_that_is_only_slow_is_never_taken_for_a_hang():
-    """A prompt of max_num_batched_tokens on the default model, on this CPU while four streams
-    decode and another process spins on one of its two cores: timed first under a timeout that cannot fire,
-    then served again with the step timeout at three times that."""
+    """A prompt of max_num_batched_tokens (half the default: the longest step either way) on the
+    default model, on this CPU while four streams decode and another process spins on one of its
+    two cores: timed first under a timeout that cannot fire, then served again with the step
+    timeout at three times that."""
     hogs = [subprocess.Popen([sys.executable, "-P", "-c", "while True: pass"]) for _ in range(1)]
     try:
-        server_flags = {"served_model_name": None, "dtype": "auto", "kv_cache_memory": None}
+        server_flags = {
+            "served_model_name": None,
+            "dtype": "auto",
+            "kv_cache_memory": None,
+            "max_num_batched_tokens": LONGEST_STEP,
+        }
         with run_server(None, engine_step_timeout=3600, **server_flags) as server:
-            slowest = timed_long_prompt(server.url, DEFAULT_BATCHED_TOKENS)
+            slowest = timed_long_prompt(server.url, LONGEST_STEP)
         timeout = 3 * slowest
         with run_server(None, engine_step_timeout=timeout, **server_flags) as server:
-            timed_long_prompt(server.url, DEFAULT_BATCHED_TOKENS)
+            timed_long_prompt(server.url, LONGEST_STEP)
             assert server.state.client.healthy and server.state.failure is None
             assert metric(server.url, "argosy_engine_hangs_total", DEFAULT_MODEL_NAME, waiting_for="step") == 0
             # The step was long against the timeout: some step took more than a tenth of it.

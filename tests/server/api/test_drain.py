@@ -110,9 +110,9 @@ def read_slowly(sock, bytes_per_second: float) -> bytes:
 
 
 def test_the_drain_waits_for_a_slow_reader_to_receive_its_response(llama_checkpoint):
-    # Some 17 MB of events, which the client reads at 1 MB/s from the moment of SIGTERM: the
+    # Some 9 MB of events, which the client reads at 1 MB/s from the moment of SIGTERM: the
     # engine is done with them long before the socket is; uvicorn's graceful timeout (5 s) cut it.
-    body = {"model": MODEL, "prompt": "a", "n": 64, "logprobs": 20, "max_tokens": 400, "stream": True}
+    body = {"model": MODEL, "prompt": "a", "n": 32, "logprobs": 20, "max_tokens": 400, "stream": True}
     flags = ["--shutdown-timeout", "60", "--max-unread-tokens", str(1 << 22), "--kv-cache-memory", str(32 << 20)]
     with serve_process(llama_checkpoint, *flags) as server:
         sock = send_without_reading(server.url, "/v1/completions", {**body, "ignore_eos": True}, receive_buffer=4096)
@@ -124,5 +124,5 @@ def test_the_drain_waits_for_a_slow_reader_to_receive_its_response(llama_checkpo
         assert server.popen.wait(60) == 0, server.output()[-3000:]
         printed = server.output()
     assert received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n"), received[-200:]
-    assert len(received) > 16 << 20 and b'"error"' not in received  # far more than the sockets buffer
+    assert len(received) > 8 << 20 and b'"error"' not in received  # far more than the sockets buffer
     assert "Cancel" not in printed and "ERROR" not in printed  # uvicorn cut no response
