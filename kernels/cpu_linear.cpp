@@ -86,7 +86,8 @@ struct Bf16Pairs {
   }
 #else
   using XElem = float;
-  static constexpr int kUnits = 1, kRows = 1, kOneRowUnits = 1;
+  // Four rows share each line read (a speculative step's five rows in two passes, not five).
+  static constexpr int kUnits = 1, kRows = 4, kOneRowUnits = 1;
   using Line = const Weight*;
   struct XVal {
     float odd, even;
