@@ -40,6 +40,8 @@ from argosy.server.api.weight_routes import install_weight_routes
 from argosy.server.engine.input_processor import InputProcessor
 from argosy.server.exceptions import ArgosyError
 from argosy.server.interface import HEALTH_PATH, LIVE_PATH, METRICS_PATH
+from argosy.server.responses.routes import install_responses_routes
+from argosy.server.responses.store import ResponseStore
 from argosy.server.tools.chat_format import ChatFormat
 
 log = logging.getLogger("argosy.api")
@@ -209,6 +211,14 @@ def build_app(config: ServerConfig) -> FastAPI:
     install_weight_routes(app, state, loaded_engine)
     install_tokenize_routes(app, state, loaded_engine)
     install_router_routes(app, state)
+    store = ResponseStore(
+        config.responses_store_entries,
+        config.responses_store_bytes,
+        config.responses_store_ttl,
+        state.metrics.registry,
+        config.model_name,
+    )
+    install_responses_routes(app, state, store, serving_engine)
 
     @app.post("/v1/completions", responses=generation_responses())
     async def completions(body: CompletionRequest, request: Request, client: EngineClient = Depends(serving_engine)):

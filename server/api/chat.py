@@ -3,7 +3,7 @@ per streamed choice), and `finish_reason` is `tool_calls` where the model chose 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import Request as HTTPRequest
 from fastapi.responses import Response
@@ -27,6 +27,24 @@ async def create_chat_completion(
     body: ChatCompletionRequest, http: HTTPRequest, state: ServerState, client: EngineClient, render: bool = False
 ) -> Response:
     """The chat call, or with `render` its engine request as /v1/chat/completions/render shows it."""
+    tokenizer = client.tokenizer
+
+    def reply(gen: Generation, params: SamplingParams, parser: ToolParser | None) -> ChatReply:
+        tools = body.tool_use
+        calls_finish = tools is not None and tools.mode in ("auto", "required")
+        return ChatReply(body, gen, params, body.model, tokenizer, parser, calls_finish)
+
+    shown = (lambda entries: entries[0]) if render else None  # one conversation, one request
+    return await serve_call(
+        body, http, state.resolve_model, client, "chatcmpl", chat_build(body, state, client), reply, shown
+    )
+
+
+def chat_build(
+    body: ChatCompletionRequest, state: ServerState, client: EngineClient
+) -> Callable[[str, SamplingParams, RequestOptions], tuple[list[NewRequest], ToolParser | None]]:
+    """How a chat call makes its engine request (its conversation through the chat template) and
+    the parser of its tool calls."""
     tokenizer, chat_format = client.tokenizer, state.chat_format
 
     def build(
@@ -44,13 +62,7 @@ async def create_chat_completion(
             exc.param = {"prompt": "messages", "logprobs": "top_logprobs"}.get(exc.param, exc.param)
             raise
 
-    def reply(gen: Generation, params: SamplingParams, parser: ToolParser | None) -> ChatReply:
-        tools = body.tool_use
-        calls_finish = tools is not None and tools.mode in ("auto", "required")
-        return ChatReply(body, gen, params, body.model, tokenizer, parser, calls_finish)
-
-    shown = (lambda entries: entries[0]) if render else None  # one conversation, one request
-    return await serve_call(body, http, state.resolve_model, client, "chatcmpl", build, reply, shown)
+    return build
 
 
 class ChatReply:

@@ -46,6 +46,11 @@ class ServerConfig:
         "ping while idle, before it counts as hung: it is killed, what is in flight fails, and the server exits 70",
     )
     log_format: Literal["json", "text"] = setting("json", "one JSON object per line, or text")
+    responses_store_entries: int = setting(
+        1024, "responses kept for GET /v1/responses/{id} and previous_response_id (0: none are stored)"
+    )
+    responses_store_bytes: int = setting(64 << 20, "bytes of stored responses and their conversations at most")
+    responses_store_ttl: float = setting(3600.0, "seconds a stored response is kept")
     lora_modules: list[str] = setting(
         [], 'a LoRA adapter served from the start: NAME=PATH, or JSON {"name": ..., "path": ...}'
     )
