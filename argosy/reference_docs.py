@@ -44,11 +44,13 @@ def flags_page() -> str:
 
 def metrics_page() -> str:
     from argosy.server.api.metrics import ServerMetrics
+    from argosy.server.responses.store import ResponseStore
 
     metrics = ServerMetrics("m")
     metrics.describe_cache(16, 1, True)  # the series made at start-up, and with LoRA on
     metrics.bind_lora(lambda: None)
     registry = metrics.registry
+    ResponseStore(1, 1, 1.0, registry, "m")  # the Responses API's store registers its own
     collectors = {c._name: c for c in set(registry._collector_to_names)}
     families = {f.name: f for f in registry.collect()}
     twins = {  # a vLLM name fed with the same values: the same help and type as an Argosy name

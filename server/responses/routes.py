@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from argosy.server.api.chat import chat_build
 from argosy.server.api.engine_client import EngineClient
 from argosy.server.api.generation import serve_call
-from argosy.server.api.openapi_spec import errors
+from argosy.server.api.openapi_spec import errors, generation_responses
 from argosy.server.api.server_state import ServerState
 from argosy.server.exceptions import InvalidRequestError
 from argosy.server.responses.reply import ResponsesReply
@@ -38,8 +38,10 @@ def install_responses_routes(
             raise ResponseNotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
         return found
 
-    @app.post("/v1/responses", responses=errors(400, 401, 404, 413, 503))
+    @app.post("/v1/responses", responses=generation_responses())
     async def create(body: ResponsesRequest, http: HTTPRequest, client: EngineClient = Depends(serving_engine)):
+        """OpenAI Responses: input items, tools and text.format through the chat template; typed
+        server-sent events with stream; stored (store) and continued by previous_response_id."""
         owner = owner_of(http.headers.get("authorization"))
         history: list[dict] = []
         if body.previous_response_id is not None:
@@ -64,16 +66,19 @@ def install_responses_routes(
 
     @app.get("/v1/responses/{response_id}", responses=errors(401, 404))
     async def retrieve(response_id: str, http: HTTPRequest) -> dict:
+        """A stored response, as it was answered (404 for another key's)."""
         return stored(http, response_id).response
 
     @app.delete("/v1/responses/{response_id}", responses=errors(401, 404))
     async def delete(response_id: str, http: HTTPRequest) -> dict:
+        """Deletes a stored response: it can be neither read nor continued any more."""
         stored(http, response_id)
         store.delete(owner_of(http.headers.get("authorization")), response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     @app.post("/v1/responses/{response_id}/cancel", responses=errors(400, 401, 404))
     async def cancel(response_id: str, http: HTTPRequest) -> Response:
+        """Cancels a background response; none are made here, so a stored one is a 400."""
         status = stored(http, response_id).response["status"]
         raise InvalidRequestError(
             f"only background responses can be cancelled; this one is {status}", param="response_id"
