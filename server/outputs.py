@@ -76,6 +76,7 @@ class EngineStats:
     spec_decode: SpecDecodeStats | None = None  # with speculative decoding
     kv_transfer: TransferStats | None = None  # with prefill/decode disaggregation
     kv_events_dropped: int = 0  # KV event batches dropped because the publisher's queue was full
+    kv_blocks_pinned: int = 0  # free blocks kept ahead in the eviction order (continued conversations)
 
     @property
     def kv_cache_usage(self) -> float:

@@ -65,14 +65,16 @@ async def serve_call(
     build: Callable[[str, SamplingParams, RequestOptions], tuple[list[NewRequest], Prepared]],
     reply: Callable[[Generation, SamplingParams, Prepared], Reply],
     render: Callable[[list[dict]], Any] | None = None,
+    pin_s: float = 0.0,
 ) -> Response:
     """One generation call: its sampling parameters are read and `build` makes its engine requests
     (and whatever else the reply needs) from its id, those parameters and its options (the adapter
     `model` names, its priority and user, and the peer), off the event loop; they are submitted;
     then `reply` answers, streamed or whole (499 when the client leaves before the end). However the
-    call ends, its requests end with it."""
+    call ends, its requests end with it; `pin_s`: how long their blocks stay ahead in the eviction
+    order once they end (a conversation that goes on)."""
     transfer = KVTransferParams.parse(body.kv_transfer_params)
-    options = RequestOptions(resolve_model(body.model), body.priority, body.user, peer(http), transfer)
+    options = RequestOptions(resolve_model(body.model), body.priority, body.user, peer(http), transfer, pin_s)
     request_id = new_request_id(http, id_prefix)
 
     def read_and_build() -> tuple[SamplingParams, list[NewRequest], Prepared]:

@@ -127,6 +127,12 @@ class ServerMetrics:
         self.e2e = histogram("argosy_e2e_request_latency_seconds", "Time from arrival to the last token")
         self.queue_time = histogram("argosy_request_queue_time_seconds", "Time from arrival to first scheduling")
         self.steps = Counter("argosy_engine_steps", "Steps the engine core has run", labels, registry=r)
+        self.pinned_blocks = Gauge(
+            "argosy_kv_cache_pinned_blocks",
+            "Free KV-cache blocks kept ahead of others in the eviction order (stored conversations' turns)",
+            labels,
+            registry=r,
+        )
         self.kv_events_dropped = Counter(
             "argosy_kv_events_dropped",
             "KV event batches dropped, unsent, because the publisher's queue was full (a subscriber fell behind)",
@@ -325,6 +331,7 @@ class ServerMetrics:
             if value > before:
                 self.label(metric).inc(value - before)
         self._engine_totals = totals
+        self.label(self.pinned_blocks).set(stats.kv_blocks_pinned)
         self.scheduling.sync(stats)
         if stats.spec_decode is not None:
             self.spec_decode.sync(stats.spec_decode)

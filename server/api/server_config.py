@@ -51,6 +51,11 @@ class ServerConfig:
     )
     responses_store_bytes: int = setting(64 << 20, "bytes of stored responses and their conversations at most")
     responses_store_ttl: float = setting(3600.0, "seconds a stored response is kept")
+    responses_kv_pin: float = setting(
+        300.0,
+        "seconds a stored response's KV blocks stay ahead of others in the prefix cache's eviction order, so that "
+        "its conversation's next turn finds them (0: not pinned; at most half the cache is pinned at once)",
+    )
     lora_modules: list[str] = setting(
         [], 'a LoRA adapter served from the start: NAME=PATH, or JSON {"name": ..., "path": ...}'
     )

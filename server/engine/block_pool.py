@@ -4,13 +4,21 @@ cache that maps a full block's content hash to the block holding it.
 A block with reference count 0 is free, but keeps its contents and its hash until it is
 handed out again, so a later request with the same prefix can still reuse it. Free blocks
 are handed out least recently freed first. A cached block's contents that are about to be
-overwritten are first offered to `on_evict` (the host tier keeps them)."""
+overwritten are first offered to `on_evict` (the host tier keeps them).
+
+A request that will be continued (a stored conversation's next turn) may pin its blocks as it
+ends: they stay free but are handed out only once no unpinned free block is left, until their
+pin ends (then they are the first to go). At most PIN_CAP of the blocks are pinned at once: a
+pin beyond it is a plain release."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+
+PIN_CAP = 0.5  # the fraction of the blocks that may be pinned at once
 
 
 @dataclass
@@ -21,11 +29,19 @@ class Block:
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, enable_caching: bool, on_evict: Callable[[int, bytes], None] | None = None):
+    def __init__(
+        self,
+        num_blocks: int,
+        enable_caching: bool,
+        on_evict: Callable[[int, bytes], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.on_evict = on_evict  # (block id, hash) of cached contents about to be overwritten
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.enable_caching = enable_caching
+        self.clock = clock
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._pinned: OrderedDict[int, float] = OrderedDict()  # free, kept until then; in pinning order
         self._cached: dict[bytes, int] = {}
 
     @property
@@ -34,16 +50,22 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + len(self._pinned)
+
+    @property
+    def num_pinned(self) -> int:
+        self._unpin_expired()
+        return len(self._pinned)
 
     def allocate(self, count: int) -> list[int]:
         """Hands out `count` free blocks (caller checks num_free first), evicting their
-        cached contents."""
-        if count > len(self._free):
-            raise RuntimeError(f"asked for {count} blocks with only {len(self._free)} free")
+        cached contents: unpinned ones first."""
+        if count > self.num_free:
+            raise RuntimeError(f"asked for {count} blocks with only {self.num_free} free")
+        self._unpin_expired()
         ids = []
         for _ in range(count):
-            block_id, _ = self._free.popitem(last=False)
+            block_id, _ = (self._free if self._free else self._pinned).popitem(last=False)
             block = self.blocks[block_id]
             if block.block_hash is not None:
                 if self._cached.get(block.block_hash) == block_id:
@@ -60,19 +82,33 @@ class BlockPool:
         for block_id in block_ids:
             block = self.blocks[block_id]
             if block.ref_count == 0:
-                del self._free[block_id]
+                (self._free if block_id in self._free else self._pinned).pop(block_id)
             block.ref_count += 1
 
-    def release(self, block_ids: list[int]) -> None:
+    def release(self, block_ids: list[int], pin_until: float | None = None) -> None:
         """Drops one reference from each block; blocks left unreferenced become free, in the
-        order given, so callers pass tail blocks first to have them evicted first."""
+        order given, so callers pass tail blocks first to have them evicted first. With
+        `pin_until` (on the pool's clock), those holding cached contents are pinned until then."""
+        cap = int(PIN_CAP * len(self.blocks))
         for block_id in block_ids:
             block = self.blocks[block_id]
             if block.ref_count <= 0:
                 raise RuntimeError(f"block {block_id} released more often than taken")
             block.ref_count -= 1
-            if block.ref_count == 0:
+            if block.ref_count > 0:
+                continue
+            if pin_until is not None and block.block_hash is not None and len(self._pinned) < cap:
+                self._pinned[block_id] = pin_until
+            else:
                 self._free[block_id] = None
+
+    def _unpin_expired(self) -> None:
+        """Blocks whose pin has ended become the first free blocks to go."""
+        now = self.clock()
+        for block_id in [b for b, until in self._pinned.items() if until <= now]:
+            del self._pinned[block_id]
+            self._free[block_id] = None
+            self._free.move_to_end(block_id, last=False)
 
     def lookup(self, block_hash: bytes) -> int | None:
         return self._cached.get(block_hash) if self.enable_caching else None
@@ -87,8 +123,10 @@ class BlockPool:
 
     def reset_cache(self) -> bool:
         """Forgets every cached block; False, changing nothing, while any block is in use."""
-        if len(self._free) != len(self.blocks):
+        if self.num_free != len(self.blocks):
             return False
+        self._free.update(self._pinned.fromkeys(self._pinned))
+        self._pinned.clear()
         for block in self.blocks:
             block.block_hash = None
         self._cached.clear()

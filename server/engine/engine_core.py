@@ -454,6 +454,7 @@ class EngineCore:
             if isinstance(self.kv.connector, TransferScheduler)
             else None,
             kv_events_dropped=0 if self.kv_events is None else self.kv_events.dropped,
+            kv_blocks_pinned=self.kv.pool.num_pinned,
         )
 
     def _lora_stats(self) -> LoRAStats:

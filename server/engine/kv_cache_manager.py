@@ -247,12 +247,15 @@ class KVCacheManager:
         self.pool.share(child.block_table)
         _changed(child, 0)
 
-    def free(self, seq: Sequence) -> None:
+    def free(self, seq: Sequence, pin_s: float = 0.0) -> None:
+        """Returns the sequence's blocks; with `pin_s`, its cached ones stay ahead of others in
+        the eviction order for that many seconds (its conversation goes on)."""
         self._loading.pop(seq.seq_id, None)
         if self.connector is not None:
             # What it keeps for another replica stays in use until the connector lets it go.
             self.pool.share(self.connector.request_finished(seq))
-        self.pool.release(list(reversed(seq.block_table)))
+        pin_until = self.pool.clock() + pin_s if pin_s > 0 else None
+        self.pool.release(list(reversed(seq.block_table)), pin_until)
         seq.block_table = []
         _changed(seq, 0)
 

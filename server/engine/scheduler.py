@@ -273,7 +273,7 @@ class Scheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self.waiting.leave(seq)
-        self.kv.free(seq)
+        self.kv.free(seq, seq.request.options.pin_s)
         seq.status = SequenceStatus.FINISHED
         self._finished.append(seq.seq_id)
 

@@ -115,6 +115,8 @@ def _chat_tool_choice(choice: Any) -> Any:
 
 def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     spec = None if text is None else text.get("format")
-    if spec is None or not isinstance(spec, dict) or spec.get("type") != "json_schema":
+    if spec is not None and not isinstance(spec, dict):
+        raise InvalidRequestError("text.format must be an object", param="text.format")
+    if spec is None or spec.get("type") != "json_schema":
         return spec
     return {"type": "json_schema", "json_schema": {k: v for k, v in spec.items() if k != "type"}}

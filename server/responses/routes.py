@@ -32,6 +32,8 @@ class PreviousResponseNotFoundError(InvalidRequestError):
 def install_responses_routes(
     app: FastAPI, state: ServerState, store: ResponseStore, serving_engine: Callable[[], EngineClient]
 ) -> None:
+    pin_s = state.config.responses_kv_pin
+
     def stored(http: HTTPRequest, response_id: str) -> StoredResponse:
         found = store.get(owner_of(http.headers.get("authorization")), response_id)
         if found is None:
@@ -58,9 +60,9 @@ def install_responses_routes(
             def reply(gen, params, parser) -> ResponsesReply:
                 return ResponsesReply(body, gen, parser, store, owner, conversation)
 
-            return await serve_call(
-                chat, http, state.resolve_model, client, "resp", chat_build(chat, state, client), reply
-            )
+            pinned = pin_s if body.store is not False and store.enabled else 0.0  # a stored turn goes on
+            build = chat_build(chat, state, client)
+            return await serve_call(chat, http, state.resolve_model, client, "resp", build, reply, pin_s=pinned)
         except InvalidRequestError as exc:
             raise renamed(exc) from None
 

@@ -26,6 +26,7 @@ from argosy.server.api.lora_routes import LoadLoRAAdapterRequest, UnloadLoRAAdap
 from argosy.server.api.protocol import ChatCompletionRequest, CompletionRequest
 from argosy.server.api.tokenize_routes import DetokenizeRequest, TokenizeRequest
 from argosy.server.api.weight_routes import UpdateWeightsRequest
+from argosy.server.responses.request import ResponsesRequest
 from tests.adapters import make_adapter
 from tests.processes import MODEL
 from tests.server.api.servers import EVERY_SURFACE_ON, RunningServer, run_server
@@ -46,6 +47,7 @@ CHAT_MESSAGES = [{"role": "user", "content": "hi"}]
 ENDPOINTS = {
     "/v1/completions": (CompletionRequest, {"model": MODEL, "prompt": "hi", "max_tokens": 2}),
     "/v1/chat/completions": (ChatCompletionRequest, {"model": MODEL, "messages": CHAT_MESSAGES}),
+    "/v1/responses": (ResponsesRequest, {"model": MODEL, "input": "hi", "max_output_tokens": 2}),
     "/tokenize": (TokenizeRequest, {"model": MODEL, "prompt": "hi"}),
     "/detokenize": (DetokenizeRequest, {"model": MODEL, "tokens": [5, 6]}),
     "/v1/update_weights_from_disk": (UpdateWeightsRequest, {"model_path": "/nonexistent"}),
@@ -61,6 +63,7 @@ SPECIAL_STRINGS = ["", "\x00", "\ud800", "../../etc/passwd", "/dev/zero", "/proc
 ITEMS = {
     "tools": lambda i: {"type": "function", "function": {"name": f"f{i}"}},
     "messages": lambda i: {"role": "user", "content": f"m{i}"},
+    "input": lambda i: {"role": "user", "content": f"m{i}"},
     "stop": lambda i: f"s{i}",
     "stop_token_ids": lambda i: i % 300,
     "prompt": lambda i: i % 300,

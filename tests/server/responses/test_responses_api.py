@@ -190,6 +190,7 @@ def test_store_false_keeps_nothing(server):
         ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format"),
         ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
+        ({"text": {"format": "json"}}, "text.format"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
         ({"background": True}, "background"),
         ({"truncation": "auto"}, "truncation"),

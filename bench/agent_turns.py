@@ -1,0 +1,133 @@
+"""An agent's conversation of many turns through the Responses API on the default model, while
+other traffic churns through the prefix cache between its turns: each turn's time to first token,
+served four ways side by side in one run (the servers take turns, one at a time):
+
+- `previous_response_id`: each turn sends only its new item (a tool's observation), the server
+  carrying the conversation on, its blocks pinned (--responses-kv-pin, 300 s by default);
+- `resend`: each turn resends the whole history as input items (each stored, so pinned too);
+- each again on a server started with --responses-kv-pin 0.
+
+    python bench/agent_turns.py [--turns 20] [--churn-prompts 10] [--churn-tokens 1200]
+                                [--kv-cache-memory 268435456]
+
+Turn 1 states a task (about 300 tokens); every later turn adds an observation of about 120 tokens;
+each answer is at most 24 tokens, greedy. Between turns, --churn-prompts other prompts of about
+--churn-tokens tokens each, all different, are served one after another (1 output token each):
+together more than the cache holds beside the conversation, so that what is not pinned is
+evicted. Issue 47's target: turn 20's TTFT at most 1.1x turn 2's with previous_response_id."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import httpx
+from servers import free_port, running
+
+MODEL = "bench"
+WORDS = ["amber", "basil", "cedar", "delta", "ember", "fable", "garnet", "harbor", "indigo", "juniper", "kelp"]
+TASK = (
+    "You are an agent repairing a build. The repository has a failing test suite; each turn you "
+    "receive the output of the last command you ran. Answer with the next command to run and one "
+    "sentence on why. " + " ".join(f"Constraint {i}: keep module {WORDS[i % len(WORDS)]} stable." for i in range(24))
+)
+MODES = {  # --responses-kv-pin, whether a turn names the previous response (else resends the history)
+    "previous_response_id": (300.0, True),
+    "previous_response_id, no pin": (0.0, True),
+    "resend, pinned": (300.0, False),
+    "resend, no pin": (0.0, False),
+}
+
+
+def observation(turn: int) -> str:
+    lines = [f"step {turn}.{i}: {WORDS[(turn + i) % len(WORDS)]} check passed in {turn * 7 + i} ms" for i in range(9)]
+    return "Command output:\n" + "\n".join(lines)
+
+
+def churn(client: httpx.Client, turn: int, prompts: int, tokens: int) -> None:
+    for p in range(prompts):
+        words = " ".join(f"{WORDS[(p + j) % len(WORDS)]}{turn}x{p}x{j}" for j in range(tokens // 4))
+        body = {"model": MODEL, "prompt": words, "max_tokens": 1}
+        client.post("/v1/completions", json=body, timeout=600).raise_for_status()
+
+
+def turn_ttft(client: httpx.Client, body: dict) -> tuple[float, dict]:
+    """(seconds to the first output event, the final response) of one streamed turn."""
+    start, first, final = time.perf_counter(), None, None
+    with client.stream("POST", "/v1/responses", json={**body, "stream": True}, timeout=600) as answer:
+        answer.raise_for_status()
+        for line in answer.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[6:])
+            if first is None and event["type"].endswith(".delta"):
+                first = time.perf_counter() - start
+            if event["type"] in ("response.completed", "response.incomplete"):
+                final = event["response"]
+    return first if first is not None else time.perf_counter() - start, final
+
+
+def conversation(url: str, chained: bool, args: argparse.Namespace) -> list[tuple[float, int]]:
+    """(TTFT, cached input tokens) of each turn."""
+    figures, history, previous = [], [], None
+    with httpx.Client(base_url=url) as client:
+        for turn in range(1, args.turns + 1):
+            item = {"role": "user", "content": TASK if turn == 1 else observation(turn)}
+            base = {"model": MODEL, "max_output_tokens": 24, "temperature": 0}
+            if chained:
+                body = {**base, "input": [item], **({"previous_response_id": previous} if previous else {})}
+            else:
+                body = {**base, "input": [*history, item]}
+            ttft, response = turn_ttft(client, body)
+            figures.append((ttft, response["usage"]["input_tokens_details"]["cached_tokens"]))
+            previous = response["id"]
+            answer = "".join(
+                part["text"] for out in response["output"] if out["type"] == "message" for part in out["content"]
+            )
+            history += [item, {"role": "assistant", "content": answer}]
+            churn(client, turn, args.churn_prompts, args.churn_tokens)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--churn-prompts", type=int, default=10)
+    parser.add_argument("--churn-tokens", type=int, default=1200)
+    parser.add_argument("--kv-cache-memory", type=int, default=256 << 20)
+    args = parser.parse_args()
+    from argosy.server.profile.machine import cpu_line
+
+    results = {}
+    for mode, (pin_s, chained) in MODES.items():
+        port = free_port()
+        command = [sys.executable, "-P", "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
+        command += ["--kv-cache-memory", str(args.kv_cache_memory), "--max-model-len", "8192"]
+        command += ["--responses-kv-pin", str(pin_s)]
+        with running(command, port) as url:
+            results[mode] = conversation(url, chained, args)
+    churned = f"churn {args.churn_prompts} x ~{args.churn_tokens} tokens"
+    print(f"\n{cpu_line()}; the default model, {args.turns} turns, {churned} between them")
+    print("| turn | " + " | ".join(f"{m}: TTFT ms (cached)" for m in MODES) + " |")
+    print("|--:|" + "--:|" * len(MODES))
+    for turn in range(args.turns):
+        cells = [f"{1000 * results[m][turn][0]:.0f} ({results[m][turn][1]})" for m in MODES]
+        print(f"| {turn + 1} | " + " | ".join(cells) + " |")
+    n = args.turns
+    print(f"\n| mode | TTFT turn 2, ms | TTFT turn {n}, ms | turn {n} / turn 2 | median TTFT turns 2-{n}, ms |")
+    print("|---|--:|--:|--:|--:|")
+    last = args.turns - 1
+    for mode in MODES:
+        ttfts = [t for t, _ in results[mode]]
+        median = statistics.median(ttfts[1:])
+        print(
+            f"| {mode} | {1000 * ttfts[1]:.0f} | {1000 * ttfts[last]:.0f} | {ttfts[last] / ttfts[1]:.2f}x "
+            f"| {1000 * median:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
