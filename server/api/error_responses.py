@@ -106,6 +106,11 @@ def field_path(loc: tuple) -> str:
     return ".".join(parts)
 
 
+def _matches(route: object, path: str) -> bool:
+    regex, methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+    return regex is not None and methods is not None and regex.match(path) is not None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -121,7 +126,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         kind = {401: "authentication_error", 404: "not_found_error"}.get(exc.status_code, "invalid_request_error")
-        return error_response(APIError(exc.status_code, str(exc.detail), kind, headers=exc.headers))  # 405: Allow
+        headers = exc.headers
+        if exc.status_code == 405:  # Allow names the methods of every route of the path, not only the first's
+            methods = {m for r in request.app.routes if _matches(r, request.url.path) for m in r.methods}
+            headers = {**(headers or {}), "Allow": ", ".join(sorted(methods))}
+        return error_response(APIError(exc.status_code, str(exc.detail), kind, headers=headers))
 
     async def _known(request: Request, exc: Exception) -> JSONResponse:
         return error_response(exc)

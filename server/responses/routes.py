@@ -78,7 +78,7 @@ def install_responses_routes(
         store.delete(owner_of(http.headers.get("authorization")), response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
-    @app.post("/v1/responses/{response_id}/cancel", responses=errors(400, 401, 404))
+    @app.post("/v1/responses/{response_id}/cancel", responses=errors(400, 401, 404, 415))
     async def cancel(response_id: str, http: HTTPRequest) -> Response:
         """Cancels a background response; none are made here, so a stored one is a 400."""
         status = stored(http, response_id).response["status"]

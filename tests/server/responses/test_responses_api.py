@@ -171,6 +171,11 @@ def test_deleted_unknown_and_other_keys_ids_are_not_found(server):
             call()
 
 
+def test_a_wrong_method_names_both_of_the_paths_methods(server):
+    answer = httpx.put(f"{server.url}/v1/responses/resp_x")
+    assert answer.status_code == 405 and answer.headers["allow"] == "DELETE, GET"
+
+
 def test_store_false_keeps_nothing(server):
     client = server.client()
     response = client.responses.create(**greedy(input=QUESTION, max_output_tokens=4, store=False))
