@@ -106,7 +106,9 @@ def test_a_hang_is_counted_and_its_stall_shown_in_the_metrics(long_context_check
             target=lambda: answers.append(httpx.post(f"{server.url}/v1/completions", json=body, timeout=60))
         )
         thread.start()
-        wait_until(lambda: server.engine.num_running == 1, what="the request to run")
+        # Two steps done at least (on a loaded machine the first can take a while): both counted below.
+        running = lambda: server.engine.num_running == 1 and metric(server.url, "argosy_engine_steps_total") >= 2  # noqa: E731
+        wait_until(running, what="the request to run")
         os.kill(core.pid, signal.SIGSTOP)
         thread.join(STEP_TIMEOUT + MARGIN)
         assert not thread.is_alive(), "the request hung"
