@@ -105,7 +105,7 @@ def main() -> None:
     for mode, (pin_s, chained) in MODES.items():
         port = free_port()
         command = [sys.executable, "-P", "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
-        command += ["--kv-cache-memory", str(args.kv_cache_memory), "--max-model-len", "8192"]
+        command += ["--kv-cache-memory", str(args.kv_cache_memory), "--max-model-len", "4096"]
         command += ["--responses-kv-pin", str(pin_s)]
         with running(command, port) as url:
             results[mode] = conversation(url, chained, args)
