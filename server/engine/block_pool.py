@@ -13,6 +13,7 @@ pin beyond it is a plain release."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -42,6 +43,8 @@ class BlockPool:
         self.clock = clock
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._pinned: OrderedDict[int, float] = OrderedDict()  # free, kept until then; in pinning order
+        # No pin ends before this: a step's allocations and stats look at the pins only from then on.
+        self._next_unpin = math.inf
         self._cached: dict[bytes, int] = {}
 
     @property
@@ -99,16 +102,20 @@ class BlockPool:
                 continue
             if pin_until is not None and block.block_hash is not None and len(self._pinned) < cap:
                 self._pinned[block_id] = pin_until
+                self._next_unpin = min(self._next_unpin, pin_until)
             else:
                 self._free[block_id] = None
 
     def _unpin_expired(self) -> None:
         """Blocks whose pin has ended become the first free blocks to go."""
         now = self.clock()
+        if now < self._next_unpin:
+            return
         for block_id in [b for b, until in self._pinned.items() if until <= now]:
             del self._pinned[block_id]
             self._free[block_id] = None
             self._free.move_to_end(block_id, last=False)
+        self._next_unpin = min(self._pinned.values(), default=math.inf)
 
     def lookup(self, block_hash: bytes) -> int | None:
         return self._cached.get(block_hash) if self.enable_caching else None
@@ -127,6 +134,7 @@ class BlockPool:
             return False
         self._free.update(self._pinned.fromkeys(self._pinned))
         self._pinned.clear()
+        self._next_unpin = math.inf
         for block in self.blocks:
             block.block_hash = None
         self._cached.clear()

@@ -70,3 +70,15 @@ def test_resetting_the_cache_unpins():
     pool = BlockPool(4, enable_caching=True, clock=Clock())
     pool.release(cached_blocks(pool, 2), pin_until=10.0)
     assert pool.reset_cache() and pool.num_pinned == 0 and pool.num_free == 4
+
+
+def test_pins_end_each_at_its_own_time_in_any_order():
+    clock = Clock()
+    pool = BlockPool(8, enable_caching=True, clock=clock)
+    late, early = cached_blocks(pool, 1), cached_blocks(pool, 1)
+    pool.release(late, pin_until=10.0)
+    pool.release(early, pin_until=5.0)
+    clock.now = 7.0
+    assert pool.num_pinned == 1
+    clock.now = 10.0
+    assert pool.num_pinned == 0 and pool.num_free == 8
