@@ -1,5 +1,5 @@
-"""A Responses request's `input` (a string, or typed items) and `instructions`, as the chat
-messages the chat template renders: messages, function calls (consecutive ones in one assistant
+"""A Responses request's `input` (a string, or typed items) as the chat messages the chat
+template renders: messages, function calls (consecutive ones in one assistant
 message, as chat templates expect them) and their outputs. Each refusal names the item."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def chat_messages(items: str | list[Any]) -> list[dict]:
 
 def _message(item: dict, where: str) -> dict:
     role = item.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidRequestError(
             f"{where}.role must be one of {', '.join(ROLES)}, got {role!r}", param=f"{where}.role"
         )

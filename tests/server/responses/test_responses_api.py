@@ -190,6 +190,7 @@ def test_store_false_keeps_nothing(server):
         ({"input": []}, "input"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role"),
+        ({"input": [{"role": ["user"], "content": "hi"}]}, "input[0].role"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
