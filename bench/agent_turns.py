@@ -1,20 +1,23 @@
 """An agent's conversation of many turns through the Responses API on the default model, while
 other traffic churns through the prefix cache between its turns: each turn's time to first token,
-served four ways side by side in one run (the servers take turns, one at a time):
+served five ways side by side in one run (the servers take turns, one at a time):
 
 - `previous_response_id`: each turn sends only its new item (a tool's observation), the server
   carrying the conversation on, its blocks pinned (--responses-kv-pin, 300 s by default);
 - `resend`: each turn resends the whole history as input items (each stored, so pinned too);
-- each again on a server started with --responses-kv-pin 0.
+- each again on a server started with --responses-kv-pin 0;
+- the floor: `previous_response_id` with no other traffic, nothing ever evicted: what the turns
+  cost when the whole history is served from the cache.
 
-    python bench/agent_turns.py [--turns 20] [--churn-prompts 10] [--churn-tokens 1200]
-                                [--kv-cache-memory 268435456]
+    python bench/agent_turns.py [--turns 20] [--churn-tokens 7000] [--kv-cache-memory 146800640]
 
-Turn 1 states a task (about 300 tokens); every later turn adds an observation of about 120 tokens;
-each answer is at most 24 tokens, greedy. Between turns, --churn-prompts other prompts of about
---churn-tokens tokens each, all different, are served one after another (1 output token each):
-together more than the cache holds beside the conversation, so that what is not pinned is
-evicted. Issue 47's target: turn 20's TTFT at most 1.1x turn 2's with previous_response_id."""
+Turn 1 states a task (about 320 tokens with the chat template); every later turn adds an
+observation of about 80 tokens; each answer is at most 24 tokens, greedy. Between turns, other
+prompts of about 1000 tokens each, all different, are served one after another (1 output token
+each) until --churn-tokens have passed: more than the whole cache (398 blocks of 16 tokens at
+the default size), so that what is not pinned is evicted. The pin cap (half the blocks) holds the
+conversation at turn 20 (about 2.6k tokens). Issue 47's target: turn 20's TTFT at most 1.1x turn
+2's with previous_response_id."""
 
 from __future__ import annotations
 
@@ -34,24 +37,33 @@ TASK = (
     "receive the output of the last command you ran. Answer with the next command to run and one "
     "sentence on why. " + " ".join(f"Constraint {i}: keep module {WORDS[i % len(WORDS)]} stable." for i in range(24))
 )
-MODES = {  # --responses-kv-pin, whether a turn names the previous response (else resends the history)
-    "previous_response_id": (300.0, True),
-    "previous_response_id, no pin": (0.0, True),
-    "resend, pinned": (300.0, False),
-    "resend, no pin": (0.0, False),
+CHURN_WORDS = 700  # about 1000 tokens
+MODES = {  # --responses-kv-pin; whether a turn names the previous response (else resends the history); churn
+    "previous_response_id": (300.0, True, True),
+    "previous_response_id, no pin": (0.0, True, True),
+    "resend, pinned": (300.0, False, True),
+    "resend, no pin": (0.0, False, True),
+    "floor: no churn": (300.0, True, False),
 }
+FLOOR = "floor: no churn"
 
 
 def observation(turn: int) -> str:
-    lines = [f"step {turn}.{i}: {WORDS[(turn + i) % len(WORDS)]} check passed in {turn * 7 + i} ms" for i in range(9)]
+    lines = [f"step {turn}.{i}: {WORDS[(turn + i) % len(WORDS)]} check passed in {turn * 7 + i} ms" for i in range(5)]
     return "Command output:\n" + "\n".join(lines)
 
 
-def churn(client: httpx.Client, turn: int, prompts: int, tokens: int) -> None:
-    for p in range(prompts):
-        words = " ".join(f"{WORDS[(p + j) % len(WORDS)]}{turn}x{p}x{j}" for j in range(tokens // 4))
-        body = {"model": MODEL, "prompt": words, "max_tokens": 1}
-        client.post("/v1/completions", json=body, timeout=600).raise_for_status()
+def churn(client: httpx.Client, turn: int, tokens: int) -> int:
+    """Serves other prompts until `tokens` prompt tokens have passed; returns how many did. Each
+    begins with its own header, so no block of one is a cached block of another."""
+    served, p = 0, 0
+    while served < tokens:
+        words = " ".join(WORDS[(p + 3 * j) % len(WORDS)] for j in range(CHURN_WORDS))
+        body = {"model": MODEL, "prompt": f"Report {turn}.{p}. {words}", "max_tokens": 1}
+        answer = client.post("/v1/completions", json=body, timeout=600)
+        answer.raise_for_status()
+        served, p = served + answer.json()["usage"]["prompt_tokens"], p + 1
+    return served
 
 
 def turn_ttft(client: httpx.Client, body: dict) -> tuple[float, dict]:
@@ -70,11 +82,11 @@ def turn_ttft(client: httpx.Client, body: dict) -> tuple[float, dict]:
     return first if first is not None else time.perf_counter() - start, final
 
 
-def conversation(url: str, chained: bool, args: argparse.Namespace) -> list[tuple[float, int]]:
+def conversation(url: str, chained: bool, turns: int, churn_tokens: int) -> list[tuple[float, int]]:
     """(TTFT, cached input tokens) of each turn."""
     figures, history, previous = [], [], None
     with httpx.Client(base_url=url) as client:
-        for turn in range(1, args.turns + 1):
+        for turn in range(1, turns + 1):
             item = {"role": "user", "content": TASK if turn == 1 else observation(turn)}
             base = {"model": MODEL, "max_output_tokens": 24, "temperature": 0}
             if chained:
@@ -88,44 +100,49 @@ def conversation(url: str, chained: bool, args: argparse.Namespace) -> list[tupl
                 part["text"] for out in response["output"] if out["type"] == "message" for part in out["content"]
             )
             history += [item, {"role": "assistant", "content": answer}]
-            churn(client, turn, args.churn_prompts, args.churn_tokens)
+            if churn_tokens:
+                churn(client, turn, churn_tokens)
     return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--churn-prompts", type=int, default=10)
-    parser.add_argument("--churn-tokens", type=int, default=1200)
-    parser.add_argument("--kv-cache-memory", type=int, default=256 << 20)
+    parser.add_argument("--churn-tokens", type=int, default=7000)
+    parser.add_argument("--kv-cache-memory", type=int, default=140 << 20)
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     args = parser.parse_args()
     from argosy.server.profile.machine import cpu_line
 
     results = {}
-    for mode, (pin_s, chained) in MODES.items():
+    modes = {m: MODES[m] for m in args.modes}
+    for mode, (pin_s, chained, churned) in modes.items():
         port = free_port()
         command = [sys.executable, "-P", "-m", "argosy", "serve", "--port", str(port), "--served-model-name", MODEL]
         command += ["--kv-cache-memory", str(args.kv_cache_memory), "--max-model-len", "4096"]
         command += ["--responses-kv-pin", str(pin_s)]
         with running(command, port) as url:
-            results[mode] = conversation(url, chained, args)
-    churned = f"churn {args.churn_prompts} x ~{args.churn_tokens} tokens"
-    print(f"\n{cpu_line()}; the default model, {args.turns} turns, {churned} between them")
-    print("| turn | " + " | ".join(f"{m}: TTFT ms (cached)" for m in MODES) + " |")
-    print("|--:|" + "--:|" * len(MODES))
+            results[mode] = conversation(url, chained, args.turns, args.churn_tokens if churned else 0)
+    churned = f"{args.churn_tokens} tokens of other prompts between them"
+    cache = f"a KV cache of {args.kv_cache_memory >> 20} MiB"
+    print(f"\n{cpu_line()}; the default model, {cache}, {args.turns} turns, {churned}")
+    print("| turn | " + " | ".join(f"{m}: TTFT ms (cached)" for m in modes) + " |")
+    print("|--:|" + "--:|" * len(modes))
     for turn in range(args.turns):
-        cells = [f"{1000 * results[m][turn][0]:.0f} ({results[m][turn][1]})" for m in MODES]
+        cells = [f"{1000 * results[m][turn][0]:.0f} ({results[m][turn][1]})" for m in modes]
         print(f"| {turn + 1} | " + " | ".join(cells) + " |")
     n = args.turns
-    print(f"\n| mode | TTFT turn 2, ms | TTFT turn {n}, ms | turn {n} / turn 2 | median TTFT turns 2-{n}, ms |")
-    print("|---|--:|--:|--:|--:|")
-    last = args.turns - 1
-    for mode in MODES:
+    last, floor = n - 1, results.get(FLOOR)
+    head = f"TTFT turn 2, ms | TTFT turn {n}, ms | turn {n} / turn 2 | turn {n} / the floor's"
+    print(f"\n| mode | {head} | median TTFT turns 2-{n}, ms |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for mode in modes:
         ttfts = [t for t, _ in results[mode]]
         median = statistics.median(ttfts[1:])
+        versus_floor = f"{ttfts[last] / floor[last][0]:.2f}x" if floor else "-"
         print(
             f"| {mode} | {1000 * ttfts[1]:.0f} | {1000 * ttfts[last]:.0f} | {ttfts[last] / ttfts[1]:.2f}x "
-            f"| {1000 * median:.0f} |"
+            f"| {versus_floor} | {1000 * median:.0f} |"
         )
 
 
