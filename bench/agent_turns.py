@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -82,8 +83,8 @@ def turn_ttft(client: httpx.Client, body: dict) -> tuple[float, dict]:
     return first if first is not None else time.perf_counter() - start, final
 
 
-def conversation(url: str, chained: bool, turns: int, churn_tokens: int) -> list[tuple[float, int]]:
-    """(TTFT, cached input tokens) of each turn."""
+def conversation(url: str, chained: bool, turns: int, churn_tokens: int) -> list[tuple[float, int, int]]:
+    """(TTFT, cached input tokens, input tokens) of each turn."""
     figures, history, previous = [], [], None
     with httpx.Client(base_url=url) as client:
         for turn in range(1, turns + 1):
@@ -94,7 +95,8 @@ def conversation(url: str, chained: bool, turns: int, churn_tokens: int) -> list
             else:
                 body = {**base, "input": [*history, item]}
             ttft, response = turn_ttft(client, body)
-            figures.append((ttft, response["usage"]["input_tokens_details"]["cached_tokens"]))
+            usage = response["usage"]
+            figures.append((ttft, usage["input_tokens_details"]["cached_tokens"], usage["input_tokens"]))
             previous = response["id"]
             answer = "".join(
                 part["text"] for out in response["output"] if out["type"] == "message" for part in out["content"]
@@ -103,6 +105,32 @@ def conversation(url: str, chained: bool, turns: int, churn_tokens: int) -> list
             if churn_tokens:
                 churn(client, turn, churn_tokens)
     return figures
+
+
+def attention_ms(cached: int, new: int) -> float:
+    """Milliseconds of the C++ chunk attention (every layer of the default model) for `new` query
+    tokens after `cached` keys: the part of a turn's prefill that grows with the history."""
+    import torch
+
+    from argosy.kernels import cpu_kernels
+    from argosy.server.models.default_model import resolve_model_path
+
+    config = json.loads((resolve_model_path(None) / "config.json").read_text())
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim, block = config["hidden_size"] // heads, 16
+    blocks = (cached + new) // block + 1
+    k_cache = torch.randn(blocks, block, kv_heads, head_dim, dtype=torch.bfloat16)
+    q = torch.randn(new, heads, head_dim, dtype=torch.bfloat16)
+    out, index = torch.empty_like(q), lambda n: torch.tensor([n])
+    call = (q, k_cache, torch.randn_like(k_cache), index(0), index(new), index(cached + new))
+    call += (torch.arange(blocks)[None], head_dim**-0.5, out)
+    best = math.inf
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(config["num_hidden_layers"]):
+            cpu_kernels.paged_chunk_attention(*call)
+        best = min(best, time.perf_counter() - start)
+    return 1000 * best
 
 
 def main() -> None:
@@ -137,13 +165,21 @@ def main() -> None:
     print(f"\n| mode | {head} | median TTFT turns 2-{n}, ms |")
     print("|---|--:|--:|--:|--:|--:|")
     for mode in modes:
-        ttfts = [t for t, _ in results[mode]]
+        ttfts = [t for t, _, _ in results[mode]]
         median = statistics.median(ttfts[1:])
         versus_floor = f"{ttfts[last] / floor[last][0]:.2f}x" if floor else "-"
         print(
             f"| {mode} | {1000 * ttfts[1]:.0f} | {1000 * ttfts[last]:.0f} | {ttfts[last] / ttfts[1]:.2f}x "
             f"| {versus_floor} | {1000 * median:.0f} |"
         )
+    reference = FLOOR if floor else next(iter(modes))
+    print(f"\nWhat grows with the history ({reference}): the new tokens' attention over the cached ones")
+    print("| turn | cached tokens | new tokens | chunk attention, every layer, ms | TTFT, ms |")
+    print("|--:|--:|--:|--:|--:|")
+    for turn in (1, last):
+        ttft, cached, tokens = results[reference][turn]
+        new = tokens - cached
+        print(f"| {turn + 1} | {cached} | {new} | {attention_ms(cached, new):.0f} | {1000 * ttft:.0f} |")
 
 
 if __name__ == "__main__":
