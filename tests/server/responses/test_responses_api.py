@@ -1,8 +1,9 @@
 """The Responses API over HTTP on the default model, through the official openai client: a plain
-answer equal to the chat call's, streamed with the typed events the SDK's stream helper checks,
-tools (a call, then its output continued by previous_response_id), a schema (responses.parse),
-a conversation continued by id (its history rendered as chat would, its prefix cached), the
-stored response read back and deleted, another key's ids not found, and bad input refused."""
+answer equal to the chat call's (its metadata echoed), streamed with the typed events the SDK's
+stream helper checks, tools (a call, then its output continued by previous_response_id), a schema
+(responses.parse and the stream helper's text_format), a conversation continued by id (its history
+rendered as chat would, its prefix cached), the stored response read back and deleted, another
+key's ids not found, and bad input refused."""
 
 from __future__ import annotations
 
@@ -37,14 +38,14 @@ def greedy(**args) -> dict:
 
 def test_a_plain_answer_is_the_chat_calls_and_is_stored(server):
     client = server.client()
-    response = client.responses.create(**greedy(input=QUESTION, instructions="Be brief."))
+    response = client.responses.create(**greedy(input=QUESTION, instructions="Be brief.", metadata={"run": "a1"}))
     chat = client.chat.completions.create(
         model=MODEL,
         temperature=0,
         max_tokens=48,
         messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": QUESTION}],
     )
-    assert response.id.startswith("resp_") and response.status == "completed"
+    assert response.id.startswith("resp_") and response.status == "completed" and response.metadata == {"run": "a1"}
     assert response.output_text == chat.choices[0].message.content and "Paris" in response.output_text
     [item] = response.output
     assert item.type == "message" and item.status == "completed" and item.content[0].annotations == []
@@ -129,8 +130,16 @@ class Capital(BaseModel):
     capital: str
 
 
-def test_a_schema_through_responses_parse(server):
-    parsed = server.client().responses.parse(**greedy(input=QUESTION, text_format=Capital, max_output_tokens=60))
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_a_schema_through_the_parse_helpers(server, streamed):
+    ask = greedy(input=QUESTION, text_format=Capital, max_output_tokens=60)
+    if streamed:
+        with server.client().responses.stream(**ask) as stream:
+            deltas = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+            parsed = stream.get_final_response()
+        assert deltas == parsed.output_text
+    else:
+        parsed = server.client().responses.parse(**ask)
     assert isinstance(parsed.output_parsed, Capital) and parsed.output_parsed.capital == "Paris"
 
 
