@@ -12,14 +12,14 @@ managed-by argosy-profile: the API server filters the ConfigMap watch to them an
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import kopf
 
+from argosy.operator.coalesced_runs import CoalescedRuns
 from argosy.operator.custom_resource import CustomResource
 from argosy.operator.kinds import CONFIG_MAP, GROUP, INFERENCE_SERVICE, MODEL_CACHE, OWNED_KINDS, Kind
 from argosy.operator.kube import KubeClient
@@ -35,8 +35,8 @@ MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
 CONFIG_MAP_SELECTOR = f"{MANAGED_BY_LABEL} in ({MANAGED_BY},{PROFILE_MANAGED_BY})"
 MAX_RETRY_DELAY = 300
 
-# One lock per object: its reconciles never overlap.
-RECONCILE_LOCKS: defaultdict[tuple[str, str, str], threading.Lock] = defaultdict(threading.Lock)
+# Keyed by (plural, namespace, name): an object's reconciles never overlap, and fold together.
+RECONCILES = CoalescedRuns()
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def register(controller: Controller) -> None:
     kind = controller.resource.kind
 
     def reconcile_object(namespace: str, name: str, memo: kopf.Memo, retry: int, **_: Any) -> None:
-        problem = _reconcile(memo.kube, controller, namespace, name, memo.cache_root)
+        problem = _reconcile(memo.kube, controller, namespace, name, memo.cache_root, wait=True)
         if problem is not None and problem.retryable:
             delay = min(MAX_RETRY_DELAY, 10 * 2**retry)
             raise kopf.TemporaryError(f"{problem.reason}: {problem.message}", delay=delay)
@@ -125,18 +125,25 @@ def _reconcile_services_naming(memo: kopf.Memo, body: kopf.Body, reference: Call
             _reconcile(memo.kube, SERVICES, meta["namespace"], service["metadata"]["name"], memo.cache_root)
 
 
-def _reconcile(kube: KubeClient, controller: Controller, namespace: str, name: str, cache_root: str):
-    """Reconciles the object as it is now. Reconciles of one object never overlap, and each
-    reads the spec afresh, so a late one never undoes a newer spec."""
+def _reconcile(
+    kube: KubeClient, controller: Controller, namespace: str, name: str, cache_root: str, wait: bool = False
+):
+    """Reconciles the object as it is now, or has the reconcile going now run once more (see
+    CoalescedRuns); with `wait`, returns the problem of a run begun after this call."""
+    run = partial(_reconcile_now, kube, controller, namespace, name, cache_root)
+    return RECONCILES.request((controller.resource.kind.plural, namespace, name), run, wait)
+
+
+def _reconcile_now(kube: KubeClient, controller: Controller, namespace: str, name: str, cache_root: str):
+    """One reconcile. It reads the spec afresh, so a late one never undoes a newer spec."""
     kind = controller.resource.kind
-    with RECONCILE_LOCKS[kind.plural, namespace, name]:
-        body = kube.get(kind, namespace, name)
-        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-            return None
-        result = controller.reconcile(kube, body, cache_root)
-        before = body.get("status") or {}
-        if result.status != {k: before.get(k) for k in result.status}:
-            kube.patch(kind, namespace, name, {"status": result.status}, subresource="status")
+    body = kube.get(kind, namespace, name)
+    if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    result = controller.reconcile(kube, body, cache_root)
+    before = body.get("status") or {}
+    if result.status != {k: before.get(k) for k in result.status}:
+        kube.patch(kind, namespace, name, {"status": result.status}, subresource="status")
     for change in result.changes:
         kopf.event(body, type="Normal", reason="Reconciled", message=change)
     was, now = ready_condition(before) or {}, ready_condition(result.status) or {}

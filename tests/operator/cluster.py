@@ -177,10 +177,9 @@ def reconciles_since(emulator: ClusterEmulator, since: int) -> int:
 
 async def no_reconcile_running(name: str, namespace: str = NS) -> None:
     """Returns once no reconcile of the service is in progress (their threads outlive kopf)."""
-    from argosy.operator.handlers import RECONCILE_LOCKS
+    from argosy.operator.handlers import RECONCILES
 
-    lock = RECONCILE_LOCKS[namespace, name]
-    await asyncio.to_thread(lambda: lock.acquire() and lock.release())
+    await eventually(lambda: RECONCILES.idle(("inferenceservices", namespace, name)), what=f"{name}'s reconciles")
 
 
 def live(emulator: ClusterEmulator, resource, name: str, namespace: str = NS) -> dict[str, Any] | None:
