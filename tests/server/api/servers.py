@@ -56,6 +56,9 @@ class RunningServer:
     def metric(self, name: str, **labels) -> float:
         return metric(self.url, name, self.state.model_name, **labels)
 
+    def metrics(self, names: tuple[str, ...], **labels) -> dict[str, float]:
+        return metrics(self.url, names, self.state.model_name, **labels)
+
     def sigterm(self) -> None:
         """What SIGTERM does to `argosy serve`: start the drain."""
         self.uvicorn.handle_exit(signal.SIGTERM, None)
@@ -63,12 +66,18 @@ class RunningServer:
 
 def metric(url: str, name: str, model: str = MODEL, **labels) -> float:
     """The value of one series from a server's /metrics (0 if absent)."""
+    return metrics(url, (name,), model, **labels)[name]
+
+
+def metrics(url: str, names: tuple[str, ...], model: str = MODEL, **labels) -> dict[str, float]:
+    """The values of several series (each 0 if absent) from one read of a server's /metrics."""
     want = {"model_name": model, **labels}
+    values = dict.fromkeys(names, 0.0)
     for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
         for sample in family.samples:
-            if sample.name == name and sample.labels == want:
-                return sample.value
-    return 0.0
+            if sample.name in values and sample.labels == want:
+                values[sample.name] = sample.value
+    return values
 
 
 @contextmanager

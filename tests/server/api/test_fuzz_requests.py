@@ -20,7 +20,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 from safetensors.torch import load_file, save_file
 
 from argosy.server.api.lora_routes import LoadLoRAAdapterRequest, UnloadLoRAAdapterRequest
@@ -233,14 +232,8 @@ def settle(server: RunningServer) -> None:
     while server.engine.num_in_flight and time.monotonic() < deadline:
         time.sleep(0.01)
     assert server.engine.num_in_flight == 0
-    queues = ("argosy_num_requests_waiting", "argosy_num_requests_running")
-    counted = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(httpx.get(f"{server.url}/metrics").text)
-        for sample in family.samples
-        if sample.name in queues and sample.labels == {"model_name": server.state.model_name}
-    }
-    assert counted == dict.fromkeys(queues, 0), counted
+    counted = server.metrics(("argosy_num_requests_waiting", "argosy_num_requests_running"))
+    assert set(counted.values()) == {0}, counted
     assert httpx.post(f"{server.url}/sleep?level=1", timeout=30).status_code == 200
     assert httpx.post(f"{server.url}/wake_up", timeout=30).status_code == 200
 
